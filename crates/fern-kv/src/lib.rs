@@ -1,0 +1,26 @@
+//! fern-kv: the narrow storage interface that the fernfs file-system core is written against.
+//!
+//! This crate owns the [`KvStore`] / [`KvTxn`] traits, the write-batch and upsert vocabulary,
+//! the bounded retry helper for optimistic transactions, the in-memory reference backend
+//! ([`mem::MemStore`], the test oracle) and the [`conformance`] suite every backend must pass.
+//!
+//! It must never depend on a backend (fern-tree, etcd, ...): backends depend on it.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod batch;
+pub mod conformance;
+mod error;
+pub mod mem;
+pub mod occ;
+mod retry;
+mod store;
+mod types;
+
+pub use batch::{Op, WriteBatch};
+pub use error::{KvError, KvResult};
+pub use retry::{transact, RetryPolicy, Retryable};
+pub use store::{KvRead, KvStore, KvTxn};
+pub use types::{
+    Direction, KeyRange, Limits, TreeId, UpdateFn, UpdateFnId, UpdateRegistry, WriteOptions,
+};

@@ -1,0 +1,109 @@
+//! Bounded, jittered retry of optimistic transactions. This module owns the retry policy;
+//! it must never retry anything but a conflict (other errors go straight back to the caller),
+//! and never without bound (TiFS's unbounded retries are a known trap).
+
+use std::time::Duration;
+
+use crate::error::KvError;
+use crate::store::{KvStore, KvTxn};
+use crate::types::WriteOptions;
+
+/// Errors that can carry a [`KvError`] and say whether they are a transaction conflict.
+pub trait Retryable: From<KvError> {
+    /// True when the transaction should run again.
+    fn is_conflict(&self) -> bool;
+}
+
+impl Retryable for KvError {
+    fn is_conflict(&self) -> bool {
+        KvError::is_conflict(self)
+    }
+}
+
+/// How often and how patiently to retry.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    /// Most runs of the transaction body, the first included.
+    pub max_attempts: u32,
+    /// Backoff before the second attempt; doubled each time up to `max_backoff`.
+    pub base_backoff: Duration,
+    /// Upper bound of one backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 16,
+            base_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_millis(20),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff before attempt `attempt + 1`: exponential, capped, with "full jitter"
+    /// (uniform in `[0, cap]`) so that colliding writers spread out instead of colliding again.
+    pub fn backoff(&self, attempt: u32, seed: &mut u64) -> Duration {
+        let exp = self.base_backoff.saturating_mul(1u32 << attempt.min(20));
+        let cap = exp.min(self.max_backoff).as_nanos() as u64;
+        if cap == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(next_random(seed) % (cap + 1))
+    }
+}
+
+/// Runs `body` in a fresh transaction and commits it, retrying on conflict according to
+/// `policy`. `body` may run several times, so it must have no side effects outside the
+/// transaction. After the last conflicting attempt the error is
+/// [`KvError::RetriesExhausted`].
+pub fn transact<T, E, F>(
+    store: &dyn KvStore,
+    policy: &RetryPolicy,
+    opts: WriteOptions,
+    mut body: F,
+) -> Result<T, E>
+where
+    E: Retryable,
+    F: FnMut(&mut dyn KvTxn) -> Result<T, E>,
+{
+    let mut seed = jitter_seed();
+    let attempts = policy.max_attempts.max(1);
+    for attempt in 0..attempts {
+        let mut txn = store.begin()?;
+        let outcome = match body(&mut *txn) {
+            Ok(value) => txn.commit(opts).map(|()| value).map_err(E::from),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Err(e) if e.is_conflict() => {
+                if attempt + 1 < attempts {
+                    std::thread::sleep(policy.backoff(attempt, &mut seed));
+                }
+            }
+            other => return other,
+        }
+    }
+    Err(E::from(KvError::RetriesExhausted { attempts }))
+}
+
+/// A per-call seed: jitter needs to differ between threads, not to be unpredictable.
+fn jitter_seed() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState's keys differ per instance, which is all the variety jitter needs.
+    let mut h = RandomState::new().build_hasher();
+    h.write_u8(0);
+    h.finish() | 1
+}
+
+/// xorshift64: enough randomness for jitter without a dependency.
+fn next_random(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}

@@ -1,0 +1,98 @@
+//! The store traits. This module owns the contract every backend implements and every caller
+//! relies on; it must never contain an implementation.
+//!
+//! # Contract
+//!
+//! * **Keys and order.** Keys are byte strings compared lexicographically (so callers encode
+//!   integers big-endian). Each [`TreeId`] is an independent keyspace; a [`WriteBatch`] may
+//!   span trees and is atomic across them.
+//! * **Reads** ([`KvRead`]) see the latest committed state. A `scan` returns at most `limit`
+//!   pairs in the requested direction; the caller pages by narrowing the bound it started from
+//!   to `Excluded(last key)`. `limit == 0` returns nothing. Backends may return fewer than
+//!   `limit` pairs only when the range holds no more.
+//! * **Writes** ([`KvStore::write`]) apply a batch atomically and in order: all ops or none,
+//!   and a later op sees the earlier ops' effects on the same key (an upsert after a put
+//!   receives the put's value as `old`). Unknown trees or update functions fail the whole
+//!   batch before anything is applied.
+//! * **Upserts** call the registered function lazily or eagerly, the caller cannot tell: the
+//!   function is deterministic, so both give the same value. A backend without native upserts
+//!   (etcd, TiKV, FoundationDB) emulates one inside its transaction: read the key, apply the
+//!   function, write the result, guarded by compare-on-revision of that key.
+//! * **Range delete** removes `[lo, hi)`; `lo >= hi` removes nothing. etcd's `DeleteRange`,
+//!   TiKV's `delete_range` and FoundationDB's `clear_range` are each one operation.
+//! * **Transactions** ([`KvStore::begin`]) are optimistic. Reads through the transaction are
+//!   recorded (point keys with the version seen, scans with the key range they covered);
+//!   writes are buffered in the transaction's batch and are **not** visible to its own reads
+//!   (as in an etcd `Txn`: read first, then decide what to write). `commit` applies the batch
+//!   atomically if and only if nothing the transaction read was written by another commit
+//!   after the transaction began; otherwise it returns [`crate::KvError::Conflict`] and applies
+//!   nothing. [`crate::transact`] retries with bounded, jittered backoff.
+//! * **Durability.** A write or commit with [`WriteOptions::sync`] is durable when it returns.
+//!   Without it, it is atomic but may be lost, whole, at a crash; [`KvStore::sync`] makes every
+//!   earlier write durable. Writes are durable in order: a crash never keeps a later batch and
+//!   loses an earlier one.
+//!
+//! # Big operations: resumable steps
+//!
+//! [`KvStore::limits`] reports how much one atomic step may hold; etcd v3 allows 128 ops and
+//! 1.5 MiB. Callers must therefore never need an unbounded atomic batch. The rule fern-fs
+//! follows, and any caller should: an operation that may exceed the limit is split into steps
+//! that are each atomic, each **idempotent** (running a step twice equals running it once) and
+//! **resumable from durable state** (after a crash between steps, state in the store says which
+//! step to run next). The pattern is a *intent record*: step 1 atomically makes the change
+//! visible to users and writes a record of the remaining work (e.g. unlink of a 1 TiB file:
+//! remove the directory entry and put an orphan record); later steps do the work in bounded
+//! chunks (a range delete per chunk of blocks, each one op); the last step removes the record.
+//! At mount, records left behind are found by one scan and their remaining steps rerun.
+//! A range delete counts as one op whatever it covers, which is what keeps truncate and unlink
+//! O(1) in ops.
+
+use crate::batch::WriteBatch;
+use crate::error::KvResult;
+use crate::types::{Direction, KeyRange, Limits, TreeId, WriteOptions};
+
+/// Point and range reads, shared by the store and its transactions.
+pub trait KvRead {
+    /// The value of `key` in `tree`, if present.
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>>;
+
+    /// Up to `limit` pairs of `range`, ascending for [`Direction::Forward`] and descending for
+    /// [`Direction::Reverse`].
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>>;
+}
+
+/// An ordered, transactional key-value store. Implementations are shared between threads.
+pub trait KvStore: KvRead + Send + Sync {
+    /// The handle of the tree called `name`, creating the tree if the backend can. The same
+    /// name always yields the same handle for the lifetime of the store.
+    fn tree(&self, name: &str) -> KvResult<TreeId>;
+
+    /// Applies `batch` atomically and in order; durable on return if `opts.sync`.
+    fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()>;
+
+    /// Starts an optimistic transaction.
+    fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>>;
+
+    /// Makes every write that returned before this call durable.
+    fn sync(&self) -> KvResult<()>;
+
+    /// What one atomic batch or commit may hold.
+    fn limits(&self) -> Limits;
+}
+
+/// An optimistic transaction: recorded reads plus a buffered batch. Dropping it without
+/// committing aborts it (nothing to undo: no write reached the store).
+pub trait KvTxn: KvRead {
+    /// The buffered writes; add to it with [`WriteBatch::put`] and friends.
+    fn batch(&mut self) -> &mut WriteBatch;
+
+    /// Applies the buffered batch atomically if nothing read was changed since `begin`;
+    /// fails with [`crate::KvError::Conflict`] otherwise, applying nothing.
+    fn commit(self: Box<Self>, opts: WriteOptions) -> KvResult<()>;
+}
