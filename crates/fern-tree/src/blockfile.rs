@@ -1,1 +1,859 @@
-//! (being written)
+//! The block file: two header slots, the block translation table (BTT), copy-on-write block
+//! writes and the checkpoint commit. Format and protocol: docs/format.md, "Block file format".
+//!
+//! Owns: where every node's bytes live, which extents are free, which header is current.
+//! Never: overwrites a byte that either header slot's checkpoint references (B4) — the newest
+//! checkpoint is what recovery opens, the previous one is the fallback if the newest header is
+//! damaged, so both must stay intact; never trusts a byte read from disk before its crc32c
+//! verifies (B6); never panics on a damaged image.
+//!
+//! Invariants (numbered as in docs/format.md; tests cite them):
+//! - B1 all on-disk integers are little-endian; every extent starts at a multiple of [`ALIGN`].
+//! - B2 a header is valid iff its magic matches and its crc32c verifies; open uses the valid one
+//!   with the highest generation.
+//! - B3 a checkpoint's BTT and meta blob are durable (synced) before its header is written, and
+//!   the header is durable before anything only older checkpoints referenced is released.
+//! - B4 no extent referenced by the checkpoint in either header slot is ever allocated to anything
+//!   else, so rewriting a node always goes to a fresh extent (copy-on-write).
+//! - B5 the allocator holds exactly the extents referenced by the current BTT, the two durable
+//!   checkpoints, and the pending-free list; everything else below `end` is a hole.
+//! - B7 a node id released by `free_node` is handed out again only after the next checkpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::alloc::Allocator;
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::ids::{Lsn, NodeId};
+
+/// Allocation unit and alignment of every extent in the file.
+pub const ALIGN: u64 = 4096;
+/// Magic bytes at the start of each header slot.
+pub const MAGIC: [u8; 8] = *b"FERNTREE";
+/// Format version written by this build (and the newest it reads).
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes of a version-1 header, crc included (the rest of the 4096-byte slot is zero).
+pub const HEADER_LEN: usize = 76;
+/// Bytes per BTT entry: offset u64 + length u32.
+pub const BTT_ENTRY_LEN: usize = 12;
+/// First byte available to extents: the two header slots come before it.
+pub const DATA_START: u64 = 2 * ALIGN;
+/// Freed holes at least this large are punched out of the file after a checkpoint.
+pub const PUNCH_MIN: u64 = 1 << 20;
+
+const FREE_OFFSET: u64 = u64::MAX;
+
+/// Where a block lives: `len` bytes of data at `offset` (the extent is `len` rounded up to
+/// [`ALIGN`], at least one unit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockLoc {
+    /// Byte offset in the file, a multiple of [`ALIGN`].
+    pub offset: u64,
+    /// Bytes of data.
+    pub len: u32,
+}
+
+impl BlockLoc {
+    const NONE: BlockLoc = BlockLoc { offset: 0, len: 0 };
+
+    fn extent_len(self) -> u64 {
+        (self.len as u64).max(1).div_ceil(ALIGN) * ALIGN
+    }
+}
+
+/// One BTT entry in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Unused id (on disk: offset `u64::MAX`, length 0).
+    Free,
+    /// Id handed out by `alloc_node_id` but never written (on disk: offset 0, length 0).
+    Reserved,
+    At(BlockLoc),
+}
+
+/// A durable checkpoint: what one header slot references.
+#[derive(Clone, Debug)]
+struct Ckpt {
+    generation: u64,
+    btt: Vec<Slot>,
+    btt_ext: BlockLoc,
+    meta_ext: BlockLoc,
+}
+
+impl Ckpt {
+    fn has(&self, id: usize, loc: BlockLoc) -> bool {
+        self.btt.get(id) == Some(&Slot::At(loc))
+    }
+
+    fn owns_blob(&self, ext: BlockLoc) -> bool {
+        ext.len > 0 && (ext == self.btt_ext || ext == self.meta_ext)
+    }
+
+    /// All extents this checkpoint references, with a name for error messages.
+    fn extents(&self) -> Vec<(BlockLoc, String)> {
+        let mut v = Vec::new();
+        for (ext, name) in [
+            (self.btt_ext, "translation table"),
+            (self.meta_ext, "meta blob"),
+        ] {
+            if ext.len > 0 {
+                v.push((ext, name.to_string()));
+            }
+        }
+        for (i, s) in self.btt.iter().enumerate() {
+            if let Slot::At(loc) = s {
+                v.push((*loc, format!("node {i}")));
+            }
+        }
+        v
+    }
+}
+
+/// The decoded fields of a header slot.
+#[derive(Clone, Copy, Debug)]
+struct Header {
+    generation: u64,
+    lsn: Lsn,
+    btt: BlockLoc,
+    btt_crc: u32,
+    meta: BlockLoc,
+    meta_crc: u32,
+}
+
+/// What one header slot holds.
+enum SlotState {
+    /// No magic: never written (or not ours).
+    Absent,
+    /// Our magic, but damaged.
+    Invalid(Error),
+    /// Verified, but written by a newer format version.
+    Unsupported(u32),
+    Valid(Header),
+}
+
+/// Counters for tests, tools and the environment's statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockFileStats {
+    /// Length of the file as this handle last wrote or truncated it.
+    pub file_len: u64,
+    /// Bytes in allocated extents (nodes, BTTs, meta blobs, extents awaiting release).
+    pub allocated_bytes: u64,
+    /// Bytes in holes below the allocator's end.
+    pub free_bytes: u64,
+    /// Ids mapped to a block or reserved in the current BTT.
+    pub live_nodes: u64,
+    /// Bytes of extents replaced or freed but still referenced by a durable checkpoint.
+    pub pending_free_bytes: u64,
+    /// Bytes written to the device by this handle since open (blocks written by callers
+    /// through [`BlockFile::reserve`] are not counted).
+    pub bytes_written: u64,
+    /// Device syncs issued since open.
+    pub syncs: u64,
+    /// Generation of the newest durable checkpoint.
+    pub generation: u64,
+}
+
+/// The result of [`BlockFile::open`].
+pub struct Opened {
+    /// The block file, positioned at the newest valid checkpoint.
+    pub file: BlockFile,
+    /// LSN recorded by that checkpoint; log replay starts after it.
+    pub checkpoint_lsn: Lsn,
+    /// The meta blob recorded by that checkpoint.
+    pub meta: Vec<u8>,
+}
+
+/// Headers, BTT, allocator and copy-on-write bookkeeping of one image. See the module comment.
+pub struct BlockFile {
+    dev: Arc<dyn BlockDevice>,
+    alloc: Allocator,
+    /// The current (in-memory) BTT, indexed by node id.
+    cur: Vec<Slot>,
+    /// Newest durable checkpoint (B4 protects its extents).
+    newest: Ckpt,
+    /// The checkpoint in the other header slot, if it is readable (B4 protects it as well).
+    previous: Option<Ckpt>,
+    /// Extents dropped from `cur` that a durable checkpoint still references.
+    pending_free: Vec<(usize, BlockLoc)>,
+    /// Ids freed since the last checkpoint (B7) and ids free for reuse now.
+    pending_ids: Vec<u64>,
+    free_ids: BTreeSet<u64>,
+    lsn: Lsn,
+    file_len: u64,
+    bytes_written: u64,
+    syncs: u64,
+    /// Set when a checkpoint failed before its header was durable: the device state is unknown.
+    poisoned: Option<String>,
+}
+
+impl std::fmt::Debug for BlockFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockFile")
+            .field("dev", &self.dev)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn encode_header(h: &Header) -> Vec<u8> {
+    let mut b = Vec::with_capacity(ALIGN as usize);
+    b.extend_from_slice(&MAGIC);
+    b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b.extend_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+    b.extend_from_slice(&h.generation.to_le_bytes());
+    b.extend_from_slice(&h.lsn.0.to_le_bytes());
+    for (ext, crc) in [(h.btt, h.btt_crc), (h.meta, h.meta_crc)] {
+        b.extend_from_slice(&ext.offset.to_le_bytes());
+        b.extend_from_slice(&ext.len.to_le_bytes());
+        b.extend_from_slice(&crc.to_le_bytes());
+    }
+    b.extend_from_slice(&(ALIGN as u32).to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes());
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(b.len(), HEADER_LEN);
+    b.resize(ALIGN as usize, 0);
+    b
+}
+
+/// Decodes header slot `slot` from its bytes (fewer than [`ALIGN`] if the file is short).
+fn decode_header(slot: usize, b: &[u8]) -> SlotState {
+    let what = format!("header {slot}");
+    if b.len() < 16 || b[..8] != MAGIC {
+        return SlotState::Absent;
+    }
+    let version = le_u32(b, 8);
+    // The crc position comes from the header itself, so a future version can grow the header
+    // and still be recognised (and refused) by this build instead of looking damaged.
+    let len = le_u32(b, 12) as usize;
+    if !(20..=ALIGN as usize).contains(&len) || len > b.len() {
+        return SlotState::Invalid(Error::corrupt(what, format!("header length {len}")));
+    }
+    let expected = le_u32(b, len - 4);
+    let actual = crc32c::crc32c(&b[..len - 4]);
+    if expected != actual {
+        return SlotState::Invalid(Error::Checksum {
+            what,
+            expected,
+            actual,
+        });
+    }
+    if version != FORMAT_VERSION {
+        return SlotState::Unsupported(version);
+    }
+    if len != HEADER_LEN || le_u32(b, 64) as u64 != ALIGN {
+        return SlotState::Invalid(Error::corrupt(what, "bad header length or alignment"));
+    }
+    SlotState::Valid(Header {
+        generation: le_u64(b, 16),
+        lsn: Lsn(le_u64(b, 24)),
+        btt: BlockLoc {
+            offset: le_u64(b, 32),
+            len: le_u32(b, 40),
+        },
+        btt_crc: le_u32(b, 44),
+        meta: BlockLoc {
+            offset: le_u64(b, 48),
+            len: le_u32(b, 56),
+        },
+        meta_crc: le_u32(b, 60),
+    })
+}
+
+fn encode_btt(cur: &[Slot]) -> Vec<u8> {
+    // Trailing free ids carry no information; dropping them keeps the table small after shrinks.
+    let used = cur
+        .iter()
+        .rposition(|s| *s != Slot::Free)
+        .map_or(0, |i| i + 1);
+    let mut b = Vec::with_capacity(used * BTT_ENTRY_LEN);
+    for s in &cur[..used] {
+        let (off, len) = match s {
+            Slot::Free => (FREE_OFFSET, 0),
+            Slot::Reserved => (0, 0),
+            Slot::At(l) => (l.offset, l.len),
+        };
+        b.extend_from_slice(&off.to_le_bytes());
+        b.extend_from_slice(&len.to_le_bytes());
+    }
+    b
+}
+
+fn decode_btt(b: &[u8], what: &str) -> Result<Vec<Slot>> {
+    if b.len() % BTT_ENTRY_LEN != 0 {
+        return Err(Error::corrupt(
+            what,
+            format!("length {} not a multiple of {BTT_ENTRY_LEN}", b.len()),
+        ));
+    }
+    b.chunks_exact(BTT_ENTRY_LEN)
+        .enumerate()
+        .map(|(i, e)| {
+            let (off, len) = (le_u64(e, 0), le_u32(e, 8));
+            match (off, len) {
+                (FREE_OFFSET, 0) => Ok(Slot::Free),
+                (0, 0) => Ok(Slot::Reserved),
+                (off, len) if off % ALIGN == 0 && off >= DATA_START && off < FREE_OFFSET / 2 => {
+                    Ok(Slot::At(BlockLoc { offset: off, len }))
+                }
+                _ => Err(Error::corrupt(
+                    what,
+                    format!("entry for node {i} has invalid extent ({off}, {len})"),
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Checks that `exts` are aligned, lie inside a file of `file_len` bytes and do not overlap
+/// (identical extents listed twice are fine: two checkpoints share unchanged nodes).
+fn validate_extents(exts: &[(BlockLoc, String)], file_len: u64) -> Result<()> {
+    let mut by_off: BTreeMap<u64, (BlockLoc, &str)> = BTreeMap::new();
+    for (loc, name) in exts {
+        if loc.offset % ALIGN != 0 || loc.offset < DATA_START {
+            return Err(Error::corrupt(
+                name.as_str(),
+                format!("extent at {} is not valid", loc.offset),
+            ));
+        }
+        if loc.offset + loc.len as u64 > file_len {
+            return Err(Error::corrupt(
+                "image",
+                format!(
+                    "truncated: {name} ends at {} but the file has {file_len} bytes",
+                    loc.offset + loc.len as u64
+                ),
+            ));
+        }
+        if let Some((other, oname)) = by_off.insert(loc.offset, (*loc, name)) {
+            if other != *loc {
+                return Err(Error::corrupt(
+                    name.as_str(),
+                    format!("extent overlaps {oname}"),
+                ));
+            }
+        }
+    }
+    let mut prev: Option<(u64, &str)> = None;
+    for (off, (loc, name)) in &by_off {
+        if let Some((end, pname)) = prev {
+            if *off < end {
+                return Err(Error::corrupt(*name, format!("extent overlaps {pname}")));
+            }
+        }
+        prev = Some((off + loc.extent_len(), name));
+    }
+    Ok(())
+}
+
+impl BlockFile {
+    /// Formats an empty device: an empty BTT, `meta`, and both header slots (generations 0 and 1,
+    /// same content, so either header alone opens the image), synced.
+    pub fn create(dev: Arc<dyn BlockDevice>, meta: &[u8]) -> Result<BlockFile> {
+        let len = dev
+            .len()
+            .map_err(|e| Error::io("reading device length", e))?;
+        if len != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "cannot format a device that is not empty ({len} bytes)"
+            )));
+        }
+        let meta_len = u32::try_from(meta.len())
+            .map_err(|_| Error::InvalidArgument("meta blob over 4 GiB".into()))?;
+        let mut alloc = Allocator::new(DATA_START);
+        let meta_ext = if meta.is_empty() {
+            BlockLoc::NONE
+        } else {
+            BlockLoc {
+                offset: alloc.alloc(meta_len as u64),
+                len: meta_len,
+            }
+        };
+        let empty = Ckpt {
+            generation: 1,
+            btt: Vec::new(),
+            btt_ext: BlockLoc::NONE,
+            meta_ext,
+        };
+        let mut f = BlockFile {
+            dev,
+            alloc,
+            cur: Vec::new(),
+            previous: Some(Ckpt {
+                generation: 0,
+                ..empty.clone()
+            }),
+            newest: empty,
+            pending_free: Vec::new(),
+            pending_ids: Vec::new(),
+            free_ids: BTreeSet::new(),
+            lsn: Lsn(0),
+            file_len: 0,
+            bytes_written: 0,
+            syncs: 0,
+            poisoned: None,
+        };
+        f.write_at(meta, meta_ext.offset, "writing the meta blob")?;
+        f.sync("syncing the meta blob")?;
+        for generation in 0..2 {
+            let h = Header {
+                generation,
+                lsn: Lsn(0),
+                btt: BlockLoc::NONE,
+                btt_crc: crc32c::crc32c(&[]),
+                meta: meta_ext,
+                meta_crc: crc32c::crc32c(meta),
+            };
+            f.write_at(&encode_header(&h), generation * ALIGN, "writing a header")?;
+        }
+        f.sync("syncing the headers")?;
+        Ok(f)
+    }
+
+    /// Opens an image at its newest valid checkpoint (B2) and rebuilds the allocator from the
+    /// BTTs of both header slots (B5).
+    ///
+    /// Errors: [`Error::NotAnImage`] if no slot has our magic; [`Error::UnsupportedVersion`] if a
+    /// verified slot has another format version; [`Error::Checksum`]/[`Error::Corrupt`] naming
+    /// the header, translation table or meta blob; [`Error::Corrupt`] ("truncated") if the file
+    /// ends before an extent the checkpoint references.
+    pub fn open(dev: Arc<dyn BlockDevice>) -> Result<Opened> {
+        let file_len = dev
+            .len()
+            .map_err(|e| Error::io("reading device length", e))?;
+        let mut hdr = vec![0u8; file_len.min(DATA_START) as usize];
+        dev.read_at(&mut hdr, 0)
+            .map_err(|e| Error::io("reading the headers", e))?;
+        let slots: Vec<SlotState> = (0..2)
+            .map(|i| {
+                let start = (i as usize * ALIGN as usize).min(hdr.len());
+                let end = (start + ALIGN as usize).min(hdr.len());
+                decode_header(i, &hdr[start..end])
+            })
+            .collect();
+        let mut valid: Vec<Header> = Vec::new();
+        let mut errors: Vec<Error> = Vec::new();
+        for s in slots {
+            match s {
+                SlotState::Absent => {}
+                SlotState::Invalid(e) => errors.push(e),
+                // A newer writer touched the image: even the other slot may no longer describe
+                // it, so refuse rather than fall back.
+                SlotState::Unsupported(found) => {
+                    return Err(Error::UnsupportedVersion {
+                        found,
+                        supported: FORMAT_VERSION,
+                    })
+                }
+                SlotState::Valid(h) => valid.push(h),
+            }
+        }
+        valid.sort_by_key(|h| std::cmp::Reverse(h.generation));
+        let Some(&top) = valid.first() else {
+            return Err(match errors.len() {
+                0 => Error::NotAnImage,
+                1 => errors.remove(0),
+                _ => Error::corrupt(
+                    "headers",
+                    format!("neither header slot is valid: {}; {}", errors[0], errors[1]),
+                ),
+            });
+        };
+        let (newest, meta) = load_ckpt(&*dev, &top, file_len)?;
+        validate_extents(&newest.extents(), file_len)?;
+        // The older checkpoint only matters as a fallback; if it is unreadable it simply stops
+        // being one (its slot is the next one overwritten).
+        let previous = valid.get(1).and_then(|h| {
+            let (ck, _) = load_ckpt(&*dev, h, file_len).ok()?;
+            let mut all = newest.extents();
+            all.extend(ck.extents());
+            validate_extents(&all, file_len).ok()?;
+            Some(ck)
+        });
+        let mut used: BTreeMap<u64, u64> = BTreeMap::new();
+        for ck in std::iter::once(&newest).chain(previous.iter()) {
+            for (loc, _) in ck.extents() {
+                used.insert(loc.offset, loc.extent_len());
+            }
+        }
+        let mut alloc = Allocator::new(DATA_START);
+        for (off, len) in used {
+            alloc.mark_used(off, len);
+        }
+        let mut pending_free = Vec::new();
+        if let Some(p) = &previous {
+            for (i, s) in p.btt.iter().enumerate() {
+                if let Slot::At(loc) = s {
+                    if !newest.has(i, *loc) {
+                        pending_free.push((i, *loc));
+                    }
+                }
+            }
+        }
+        let cur = newest.btt.clone();
+        let free_ids = (0..cur.len() as u64)
+            .filter(|&i| cur[i as usize] == Slot::Free)
+            .collect();
+        let file = BlockFile {
+            dev,
+            alloc,
+            cur,
+            newest,
+            previous,
+            pending_free,
+            pending_ids: Vec::new(),
+            free_ids,
+            lsn: top.lsn,
+            file_len,
+            bytes_written: 0,
+            syncs: 0,
+            poisoned: None,
+        };
+        Ok(Opened {
+            file,
+            checkpoint_lsn: top.lsn,
+            meta,
+        })
+    }
+
+    /// The device under this file (callers that [`reserve`](Self::reserve) write through it).
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// LSN of the newest durable checkpoint.
+    pub fn checkpoint_lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// A fresh node id: the lowest id free since before the last checkpoint (B7), else a new one.
+    pub fn alloc_node_id(&mut self) -> NodeId {
+        let id = match self.free_ids.pop_first() {
+            Some(id) => id,
+            None => {
+                self.cur.push(Slot::Free);
+                self.cur.len() as u64 - 1
+            }
+        };
+        self.cur[id as usize] = Slot::Reserved;
+        NodeId(id)
+    }
+
+    /// Where node `id`'s current block is, if it has one.
+    pub fn loc(&self, id: NodeId) -> Option<BlockLoc> {
+        match self.cur.get(id.0 as usize) {
+            Some(Slot::At(loc)) => Some(*loc),
+            _ => None,
+        }
+    }
+
+    /// Reads `len` bytes at `offset_in_block` of node `id`'s current block.
+    pub fn read(&self, id: NodeId, offset_in_block: u32, len: u32) -> Result<Vec<u8>> {
+        let loc = self.loc(id).ok_or(Error::MissingNode(id))?;
+        let end = offset_in_block as u64 + len as u64;
+        if end > loc.len as u64 {
+            return Err(Error::corrupt(
+                format!("node {id}"),
+                format!(
+                    "read of bytes {offset_in_block}..{end} of a {}-byte block",
+                    loc.len
+                ),
+            ));
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.dev
+            .read_at(&mut buf, loc.offset + offset_in_block as u64)
+            .map_err(|e| Error::io(format!("reading node {id}"), e))?;
+        Ok(buf)
+    }
+
+    /// Copy-on-write: writes `bytes` to a fresh extent (never one a durable checkpoint
+    /// references, B4) and points `id` at it. On an I/O error the BTT still points at the old
+    /// block and the fresh extent is released.
+    pub fn write_node(&mut self, id: NodeId, bytes: &[u8]) -> Result<BlockLoc> {
+        self.check_writable(id)?;
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| Error::InvalidArgument(format!("node {id} block over 4 GiB")))?;
+        let loc = BlockLoc {
+            offset: self.alloc.alloc(len as u64),
+            len,
+        };
+        if let Err(e) = self.write_at(bytes, loc.offset, &format!("writing node {id}")) {
+            self.alloc.free(loc.offset, loc.extent_len());
+            return Err(e);
+        }
+        self.place(id, loc);
+        Ok(loc)
+    }
+
+    /// Same bookkeeping as [`write_node`](Self::write_node) without the I/O: the caller writes
+    /// `len` bytes at the returned offset through [`device`](Self::device), and must finish
+    /// before the next [`checkpoint`](Self::checkpoint) starts (its sync covers the write).
+    pub fn reserve(&mut self, id: NodeId, len: u32) -> Result<BlockLoc> {
+        self.check_writable(id)?;
+        let loc = BlockLoc {
+            offset: self.alloc.alloc(len as u64),
+            len,
+        };
+        self.file_len = self.file_len.max(loc.offset + len as u64);
+        self.place(id, loc);
+        Ok(loc)
+    }
+
+    /// Node `id` left the tree: its extent is released at once if no durable checkpoint
+    /// references it, else after the next checkpoint; the id is reusable after it (B7).
+    pub fn free_node(&mut self, id: NodeId) {
+        let i = id.0 as usize;
+        let Some(old) = self.cur.get(i).copied() else {
+            debug_assert!(false, "free_node of unknown node {id}");
+            return;
+        };
+        debug_assert!(old != Slot::Free, "double free of node {id}");
+        if old == Slot::Free {
+            return;
+        }
+        self.cur[i] = Slot::Free;
+        self.release(i, old);
+        self.pending_ids.push(id.0);
+    }
+
+    /// Commits the current BTT and `meta` as checkpoint `generation + 1` (protocol in
+    /// docs/format.md): BTT and meta to fresh extents, sync, header into the older slot, sync
+    /// (B3). Only then are extents and ids that only the dropped checkpoint referenced released;
+    /// a free tail is truncated and freed holes of [`PUNCH_MIN`] bytes or more are punched.
+    ///
+    /// An error before the header is durable poisons this handle (the device state is unknown;
+    /// reopening yields the previous checkpoint). An error while truncating or punching comes
+    /// after the commit: the checkpoint holds and the handle stays usable.
+    pub fn checkpoint(&mut self, lsn: Lsn, meta: &[u8]) -> Result<()> {
+        if let Some(p) = &self.poisoned {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        let meta_len = u32::try_from(meta.len())
+            .map_err(|_| Error::InvalidArgument("meta blob over 4 GiB".into()))?;
+        let btt = encode_btt(&self.cur);
+        let btt_len = u32::try_from(btt.len())
+            .map_err(|_| Error::InvalidArgument("translation table over 4 GiB".into()))?;
+        let mut blob = |len: u32| match len {
+            0 => BlockLoc::NONE,
+            len => BlockLoc {
+                offset: self.alloc.alloc(len as u64),
+                len,
+            },
+        };
+        let (btt_ext, meta_ext) = (blob(btt_len), blob(meta_len));
+        let generation = self.newest.generation + 1;
+        let header = Header {
+            generation,
+            lsn,
+            btt: btt_ext,
+            btt_crc: crc32c::crc32c(&btt),
+            meta: meta_ext,
+            meta_crc: crc32c::crc32c(meta),
+        };
+        let durable = self
+            .write_at(&btt, btt_ext.offset, "writing the translation table")
+            .and_then(|_| self.write_at(meta, meta_ext.offset, "writing the meta blob"))
+            .and_then(|_| self.sync("syncing before the checkpoint header"))
+            .and_then(|_| {
+                let slot = generation % 2;
+                self.write_at(&encode_header(&header), slot * ALIGN, "writing a header")
+            })
+            .and_then(|_| self.sync("syncing the checkpoint header"));
+        if let Err(e) = durable {
+            // Nothing durable references the new blobs unless the header made it, and then it
+            // is only found by reopening; this handle must not be used either way.
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        // Commit in memory: the new checkpoint replaces the one whose slot was overwritten.
+        let ck = Ckpt {
+            generation,
+            btt: self.cur.clone(),
+            btt_ext,
+            meta_ext,
+        };
+        let dropped = self
+            .previous
+            .replace(std::mem::replace(&mut self.newest, ck));
+        self.lsn = lsn;
+        let mut freed = Vec::new();
+        if let Some(d) = dropped {
+            for ext in [d.btt_ext, d.meta_ext] {
+                if ext.len > 0 && !self.blob_referenced(ext) {
+                    freed.push(ext);
+                }
+            }
+        }
+        let (newest, previous) = (&self.newest, &self.previous);
+        self.pending_free.retain(|&(id, loc)| {
+            let keep = newest.has(id, loc) || previous.as_ref().is_some_and(|p| p.has(id, loc));
+            if !keep {
+                freed.push(loc);
+            }
+            keep
+        });
+        for ext in &freed {
+            self.alloc.free(ext.offset, ext.extent_len());
+        }
+        self.free_ids.extend(self.pending_ids.drain(..));
+        self.give_back_space(&freed)
+    }
+
+    /// Counters; see [`BlockFileStats`].
+    pub fn stats(&self) -> BlockFileStats {
+        BlockFileStats {
+            file_len: self.file_len,
+            allocated_bytes: self.alloc.allocated_bytes(),
+            free_bytes: self.alloc.free_bytes(),
+            live_nodes: self.cur.iter().filter(|s| **s != Slot::Free).count() as u64,
+            pending_free_bytes: self.pending_free.iter().map(|(_, l)| l.extent_len()).sum(),
+            bytes_written: self.bytes_written,
+            syncs: self.syncs,
+            generation: self.newest.generation,
+        }
+    }
+
+    /// The allocator, for inspection (tests, tools).
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    // ---- internals ----
+
+    fn check_writable(&self, id: NodeId) -> Result<()> {
+        if let Some(p) = &self.poisoned {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        match self.cur.get(id.0 as usize) {
+            Some(Slot::Reserved | Slot::At(_)) => Ok(()),
+            _ => Err(Error::InvalidArgument(format!(
+                "node {id} was not allocated with alloc_node_id"
+            ))),
+        }
+    }
+
+    fn place(&mut self, id: NodeId, loc: BlockLoc) {
+        let i = id.0 as usize;
+        let old = std::mem::replace(&mut self.cur[i], Slot::At(loc));
+        self.release(i, old);
+    }
+
+    /// Drops `old` (the previous slot of id `i`) from the current BTT: freed now unless a durable
+    /// checkpoint references it (B4), in which case it waits in `pending_free`.
+    fn release(&mut self, i: usize, old: Slot) {
+        if let Slot::At(loc) = old {
+            let durable =
+                self.newest.has(i, loc) || self.previous.as_ref().is_some_and(|p| p.has(i, loc));
+            if durable {
+                self.pending_free.push((i, loc));
+            } else {
+                self.alloc.free(loc.offset, loc.extent_len());
+            }
+        }
+    }
+
+    fn blob_referenced(&self, ext: BlockLoc) -> bool {
+        self.newest.owns_blob(ext) || self.previous.as_ref().is_some_and(|p| p.owns_blob(ext))
+    }
+
+    /// Returns space to the host after a commit: the free tail by truncation, large holes that
+    /// now contain freed extents by punching.
+    fn give_back_space(&mut self, freed: &[BlockLoc]) -> Result<()> {
+        let end = self.alloc.end();
+        if self.file_len > end {
+            self.dev
+                .set_len(end)
+                .map_err(|e| Error::io("truncating the free tail", e))?;
+            self.file_len = end;
+        }
+        let holes: BTreeSet<(u64, u64)> = freed
+            .iter()
+            .filter_map(|ext| self.alloc.hole_containing(ext.offset))
+            .filter(|&(_, len)| len >= PUNCH_MIN)
+            .collect();
+        for (off, len) in holes {
+            self.dev
+                .punch_hole(off, len)
+                .map_err(|e| Error::io("punching a hole", e))?;
+        }
+        Ok(())
+    }
+
+    fn write_at(&mut self, buf: &[u8], offset: u64, context: &str) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.dev
+            .write_at(buf, offset)
+            .map_err(|e| Error::io(context, e))?;
+        self.bytes_written += buf.len() as u64;
+        self.file_len = self.file_len.max(offset + buf.len() as u64);
+        Ok(())
+    }
+
+    fn sync(&mut self, context: &str) -> Result<()> {
+        self.syncs += 1;
+        self.dev.sync().map_err(|e| Error::io(context, e))
+    }
+}
+
+/// Reads and verifies the BTT and meta blob a header references.
+fn load_ckpt(dev: &dyn BlockDevice, h: &Header, file_len: u64) -> Result<(Ckpt, Vec<u8>)> {
+    let read = |ext: BlockLoc, crc: u32, what: String| -> Result<Vec<u8>> {
+        if ext.len == 0 {
+            return Ok(Vec::new());
+        }
+        if ext.offset % ALIGN != 0 || ext.offset < DATA_START || ext.offset >= FREE_OFFSET / 2 {
+            return Err(Error::corrupt(
+                what,
+                format!("invalid extent at {}", ext.offset),
+            ));
+        }
+        if ext.offset + ext.len as u64 > file_len {
+            return Err(Error::corrupt(
+                "image",
+                format!("truncated: {what} ends past the end of the file ({file_len} bytes)"),
+            ));
+        }
+        let mut buf = vec![0u8; ext.len as usize];
+        dev.read_at(&mut buf, ext.offset)
+            .map_err(|e| Error::io(format!("reading the {what}"), e))?;
+        let actual = crc32c::crc32c(&buf);
+        if actual != crc {
+            return Err(Error::Checksum {
+                what,
+                expected: crc,
+                actual,
+            });
+        }
+        Ok(buf)
+    };
+    let g = h.generation;
+    let btt_what = format!("translation table of checkpoint {g}");
+    let btt = read(h.btt, h.btt_crc, btt_what.clone())?;
+    let btt = decode_btt(&btt, &btt_what)?;
+    let meta = read(h.meta, h.meta_crc, format!("meta blob of checkpoint {g}"))?;
+    Ok((
+        Ckpt {
+            generation: g,
+            btt,
+            btt_ext: h.btt,
+            meta_ext: h.meta,
+        },
+        meta,
+    ))
+}

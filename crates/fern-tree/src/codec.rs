@@ -1,1 +1,251 @@
-//! (being written)
+//! Partition framing: compression plus a crc32c checksum around every node partition.
+//!
+//! Owns: the partition frame format (docs/format.md, "Partition frame") and the choice to store a
+//! partition raw when compression does not pay (invariant B9).
+//! Never: panics or over-allocates on bytes read from disk (B8). Every rejection is an
+//! [`Error::Checksum`] or [`Error::Corrupt`] whose `what` comes from the caller, so the message
+//! names the block ("node 17 partition 3"), not just "a frame".
+//!
+//! Frame layout (all integers little-endian):
+//!
+//! | offset | size | field                                             |
+//! |--------|------|---------------------------------------------------|
+//! | 0      | 1    | codec tag: 0 none, 1 lz4, 2 zstd                  |
+//! | 1      | 3    | reserved, zero                                    |
+//! | 4      | 4    | uncompressed length                               |
+//! | 8      | 4    | payload (stored) length                           |
+//! | 12     | 4    | crc32c of bytes 0..12 followed by the payload     |
+//! | 16     | n    | payload                                           |
+
+use crate::error::{Error, Result};
+
+/// Size of the frame header in bytes.
+pub const FRAME_HEADER_LEN: usize = 16;
+
+/// Largest uncompressed partition accepted. A declared length above it is corruption, which
+/// bounds what a damaged header can make the decoder allocate.
+pub const MAX_PARTITION_LEN: usize = 64 << 20;
+
+const TAG_NONE: u8 = 0;
+const TAG_LZ4: u8 = 1;
+const TAG_ZSTD: u8 = 2;
+
+/// How partitions are compressed. Chosen per environment; the frame records the codec actually
+/// used, so an environment can change its choice without rewriting old nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// Store raw.
+    None,
+    /// LZ4 block format (fast, modest ratio).
+    Lz4,
+    /// Zstandard at the given level.
+    Zstd {
+        /// Compression level (1..=22; negative levels are the fast modes).
+        level: i32,
+    },
+}
+
+impl Compression {
+    /// The codec tag as persisted (in frames, and by the environment in its options).
+    pub fn to_byte(self) -> u8 {
+        match self {
+            Compression::None => TAG_NONE,
+            Compression::Lz4 => TAG_LZ4,
+            Compression::Zstd { .. } => TAG_ZSTD,
+        }
+    }
+
+    /// Inverse of [`Compression::to_byte`]; `level` is only used for zstd (the level is an encoder
+    /// setting, decoding does not need it). `None` for an unknown tag.
+    pub fn from_byte(b: u8, level: i32) -> Option<Self> {
+        match b {
+            TAG_NONE => Some(Compression::None),
+            TAG_LZ4 => Some(Compression::Lz4),
+            TAG_ZSTD => Some(Compression::Zstd { level }),
+            _ => None,
+        }
+    }
+}
+
+/// Appends one self-describing frame for `raw` to `out`.
+///
+/// If the codec does not make the payload strictly smaller (or fails), the frame stores `raw`
+/// with tag "none", so incompressible data costs only [`FRAME_HEADER_LEN`] bytes (B9).
+///
+/// # Panics
+/// If `raw` is longer than [`MAX_PARTITION_LEN`]: the caller builds partitions, and one that big
+/// is a bug there; the decoder would reject the frame anyway.
+pub fn encode_partition(c: Compression, raw: &[u8], out: &mut Vec<u8>) {
+    assert!(
+        raw.len() <= MAX_PARTITION_LEN,
+        "partition of {} bytes exceeds MAX_PARTITION_LEN",
+        raw.len()
+    );
+    let compressed = match c {
+        Compression::None => None,
+        Compression::Lz4 => Some(lz4_flex::block::compress(raw)),
+        Compression::Zstd { level } => zstd::bulk::compress(raw, level).ok(),
+    };
+    let (tag, payload): (u8, &[u8]) = match &compressed {
+        Some(p) if p.len() < raw.len() => (c.to_byte(), p),
+        _ => (TAG_NONE, raw),
+    };
+    let start = out.len();
+    out.push(tag);
+    out.extend_from_slice(&[0; 3]);
+    // Both lengths are <= MAX_PARTITION_LEN (< u32::MAX) by the assertion above.
+    out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start..start + 12]), payload);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// The fields of a frame header, checked for plausibility but not against the checksum.
+struct FrameHeader {
+    tag: u8,
+    raw_len: usize,
+    payload_len: usize,
+    crc: u32,
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn parse_header(header: &[u8], what: &dyn Fn() -> String) -> Result<FrameHeader> {
+    if header.len() < FRAME_HEADER_LEN {
+        return Err(Error::corrupt(
+            what(),
+            format!(
+                "partition frame truncated: {} bytes, header needs {FRAME_HEADER_LEN}",
+                header.len()
+            ),
+        ));
+    }
+    let h = FrameHeader {
+        tag: header[0],
+        raw_len: le_u32(header, 4) as usize,
+        payload_len: le_u32(header, 8) as usize,
+        crc: le_u32(header, 12),
+    };
+    if h.raw_len > MAX_PARTITION_LEN {
+        return Err(Error::corrupt(
+            what(),
+            format!(
+                "declared partition length {} exceeds {MAX_PARTITION_LEN}",
+                h.raw_len
+            ),
+        ));
+    }
+    // A compressed payload never exceeds the raw length: encode_partition stores raw otherwise.
+    if h.payload_len > h.raw_len || (h.tag == TAG_NONE && h.payload_len != h.raw_len) {
+        return Err(Error::corrupt(
+            what(),
+            format!(
+                "partition payload length {} inconsistent with length {} (codec tag {})",
+                h.payload_len, h.raw_len, h.tag
+            ),
+        ));
+    }
+    Ok(h)
+}
+
+/// Total frame length (header + payload) from the first [`FRAME_HEADER_LEN`] bytes, without
+/// verifying the checksum (lengths are still bounds-checked, so the result is at most
+/// `FRAME_HEADER_LEN + MAX_PARTITION_LEN`).
+pub fn frame_len(header: &[u8], what: &dyn Fn() -> String) -> Result<usize> {
+    let h = parse_header(header, what)?;
+    Ok(FRAME_HEADER_LEN + h.payload_len)
+}
+
+/// Verifies the checksum of exactly one frame and returns the uncompressed partition.
+///
+/// `frame` must be exactly one frame (use [`frame_len`] to cut it out of a block); trailing bytes
+/// are corruption. Never panics; allocates at most the declared uncompressed length (which is
+/// bounded by [`MAX_PARTITION_LEN`]).
+pub fn decode_partition(frame: &[u8], what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+    let h = parse_header(frame, what)?;
+    let total = FRAME_HEADER_LEN + h.payload_len;
+    if frame.len() != total {
+        return Err(Error::corrupt(
+            what(),
+            format!(
+                "partition frame is {} bytes, header declares {total}",
+                frame.len()
+            ),
+        ));
+    }
+    let payload = &frame[FRAME_HEADER_LEN..];
+    let actual = crc32c::crc32c_append(crc32c::crc32c(&frame[..12]), payload);
+    if actual != h.crc {
+        return Err(Error::Checksum {
+            what: what(),
+            expected: h.crc,
+            actual,
+        });
+    }
+    // The checksum covers the reserved bytes, so non-zero ones mean a writer we do not know.
+    if frame[1..4] != [0, 0, 0] {
+        return Err(Error::corrupt(
+            what(),
+            "reserved bytes of partition frame are not zero",
+        ));
+    }
+    let decompress_err = |e: String| Error::corrupt(what(), format!("decompression failed: {e}"));
+    let raw = match h.tag {
+        TAG_NONE => payload.to_vec(),
+        TAG_LZ4 => {
+            let mut raw = vec![0u8; h.raw_len];
+            let n = lz4_flex::block::decompress_into(payload, &mut raw)
+                .map_err(|e| decompress_err(e.to_string()))?;
+            raw.truncate(n);
+            raw
+        }
+        // `capacity` caps the output buffer, so a lying zstd frame header cannot make us allocate
+        // more than the (bounded) declared length.
+        TAG_ZSTD => {
+            zstd::bulk::decompress(payload, h.raw_len).map_err(|e| decompress_err(e.to_string()))?
+        }
+        t => {
+            return Err(Error::corrupt(what(), format!("unknown codec tag {t}")));
+        }
+    };
+    if raw.len() != h.raw_len {
+        return Err(Error::corrupt(
+            what(),
+            format!(
+                "partition decompressed to {} bytes, header declares {}",
+                raw.len(),
+                h.raw_len
+            ),
+        ));
+    }
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_each_codec() {
+        let data: Vec<u8> = (0..10_000u32)
+            .flat_map(|i| (i % 97).to_le_bytes())
+            .collect();
+        for c in [
+            Compression::None,
+            Compression::Lz4,
+            Compression::Zstd { level: 3 },
+        ] {
+            let mut out = vec![0xAA];
+            encode_partition(c, &data, &mut out);
+            let frame = &out[1..];
+            assert_eq!(frame_len(frame, &|| "t".into()).unwrap(), frame.len());
+            assert_eq!(frame[0], c.to_byte());
+            assert_eq!(decode_partition(frame, &|| "t".into()).unwrap(), data);
+        }
+    }
+}
