@@ -1,0 +1,76 @@
+//! The inode-id allocator. It owns the persistent high-water mark (`meta/next_id`) and this
+//! mount's in-memory reservation. A mount reserves ids in batches with one small transaction,
+//! so creates never touch a shared counter key (TiFS's hot key); ids reserved and not used
+//! before a crash are skipped, never reused. It must never hand out an id twice.
+
+use fern_kv::{transact, KvStore, RetryPolicy, WriteOptions};
+use parking_lot::Mutex;
+
+use crate::error::{FsError, FsResult};
+use crate::ids::InodeId;
+use crate::schema::{Trees, ALLOC_KEY};
+
+/// Ids reserved per trip to the store.
+pub const ID_BATCH: u64 = 1024;
+
+/// This mount's reserved id range `[next, end)`.
+pub struct IdAllocator {
+    range: Mutex<(u64, u64)>,
+}
+
+impl IdAllocator {
+    /// An allocator with nothing reserved yet.
+    pub fn new() -> Self {
+        Self {
+            range: Mutex::new((0, 0)),
+        }
+    }
+
+    /// A fresh id, reserving a new batch when this mount's range is used up.
+    pub fn alloc(
+        &self,
+        kv: &dyn KvStore,
+        trees: &Trees,
+        policy: &RetryPolicy,
+    ) -> FsResult<InodeId> {
+        let mut range = self.range.lock();
+        if range.0 >= range.1 {
+            // Holding the mutex across the reservation keeps one reservation in flight per
+            // mount; a second mount would conflict on the key and retry, never overlap.
+            let start = transact(kv, policy, WriteOptions::NO_SYNC, |txn| {
+                let start = match txn.get(trees.meta, ALLOC_KEY)? {
+                    Some(v) => decode_u64(&v)?,
+                    None => return Err(FsError::corrupt("allocator: next_id missing")),
+                };
+                let end = start.checked_add(ID_BATCH).ok_or(FsError::NoSpace)?;
+                txn.batch()
+                    .put(trees.meta, ALLOC_KEY.to_vec(), end.to_be_bytes().to_vec());
+                Ok(start)
+            })?;
+            *range = (start, start + ID_BATCH);
+        }
+        let id = range.0;
+        range.0 += 1;
+        Ok(InodeId(id))
+    }
+
+    /// The persistent high-water mark (ids ever reserved), for statfs.
+    pub fn high_water(kv: &dyn KvStore, trees: &Trees) -> FsResult<u64> {
+        match kv.get(trees.meta, ALLOC_KEY)? {
+            Some(v) => decode_u64(&v),
+            None => Err(FsError::corrupt("allocator: next_id missing")),
+        }
+    }
+}
+
+impl Default for IdAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn decode_u64(v: &[u8]) -> FsResult<u64> {
+    <[u8; 8]>::try_from(v)
+        .map(u64::from_be_bytes)
+        .map_err(|_| FsError::corrupt("allocator: next_id is not 8 bytes"))
+}

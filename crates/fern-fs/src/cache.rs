@@ -1,0 +1,158 @@
+//! In-memory state of one mount: where each known inode's stat lives, how often the kernel
+//! (or the path API) holds it, how often it is open; and the name cache that answers existence
+//! checks without a read. It owns no persistent data and must never be the only record of
+//! anything: dropping it (a crash) loses nothing the store does not also know, except which
+//! files were open (the orphan records cover that).
+
+use std::collections::{HashMap, HashSet};
+
+use parking_lot::Mutex;
+
+use crate::attr::FileType;
+use crate::ids::InodeId;
+
+/// Where an inode's stat is stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loc {
+    /// Inline in the directory entry (parent, name).
+    Entry {
+        /// Parent directory.
+        parent: InodeId,
+        /// Name in the parent.
+        name: Vec<u8>,
+    },
+    /// In the `inode` tree under its id.
+    Inode,
+    /// Removed: unlinked and not open.
+    Gone,
+}
+
+/// What this mount knows about an inode it has handed out.
+#[derive(Clone, Debug)]
+pub struct Known {
+    /// Stat location.
+    pub loc: Loc,
+    /// File type (never changes).
+    pub kind: FileType,
+    /// Outstanding lookups (FUSE's lookup count).
+    pub lookups: u64,
+    /// Open handles.
+    pub opens: u32,
+    /// Unlinked while open: freed at the last release.
+    pub orphan: bool,
+}
+
+/// The inode table.
+#[derive(Default)]
+pub struct Inodes {
+    map: Mutex<HashMap<InodeId, Known>>,
+}
+
+impl Inodes {
+    /// Records a lookup of `id` (pin count + 1) at `loc`.
+    pub fn pin(&self, id: InodeId, loc: Loc, kind: FileType) {
+        let mut m = self.map.lock();
+        let e = m.entry(id).or_insert(Known {
+            loc: loc.clone(),
+            kind,
+            lookups: 0,
+            opens: 0,
+            orphan: false,
+        });
+        e.loc = loc;
+        e.lookups = e.lookups.saturating_add(1);
+    }
+
+    /// Drops `n` lookups; forgets the inode when nothing holds it.
+    pub fn forget(&self, id: InodeId, n: u64) {
+        let mut m = self.map.lock();
+        if let Some(e) = m.get_mut(&id) {
+            e.lookups = e.lookups.saturating_sub(n);
+            if e.lookups == 0 && e.opens == 0 && id != InodeId::ROOT {
+                m.remove(&id);
+            }
+        }
+    }
+
+    /// What is known about `id`.
+    pub fn get(&self, id: InodeId) -> Option<Known> {
+        self.map.lock().get(&id).cloned()
+    }
+
+    /// Runs `f` on the entry of `id`, if known.
+    pub fn update<T>(&self, id: InodeId, f: impl FnOnce(&mut Known) -> T) -> Option<T> {
+        self.map.lock().get_mut(&id).map(f)
+    }
+
+    /// Moves `id` to `loc` if it is known (an unknown inode needs no bookkeeping).
+    pub fn relocate(&self, id: InodeId, loc: Loc) {
+        self.update(id, |k| k.loc = loc);
+    }
+
+    /// Removes the entry when nothing holds it any more.
+    pub fn drop_if_unused(&self, id: InodeId) {
+        let mut m = self.map.lock();
+        if m.get(&id)
+            .is_some_and(|e| e.lookups == 0 && e.opens == 0 && id != InodeId::ROOT)
+        {
+            m.remove(&id);
+        }
+    }
+}
+
+/// Most names remembered for one directory; a bigger directory falls back to reads.
+const MAX_NAMES_PER_DIR: usize = 100_000;
+/// Most directories tracked at once.
+const MAX_DIRS: usize = 4096;
+
+/// Complete name sets of directories this mount created (so it has seen every name in them).
+/// A name absent from a complete set does not exist; that answers the kernel's lookup before a
+/// create and the create's own existence check without a read. Sound only because one mount is
+/// the only writer of its store (docs/fs-design.md, "single writer").
+#[derive(Default)]
+pub struct NameCache {
+    dirs: Mutex<HashMap<InodeId, HashSet<Vec<u8>>>>,
+}
+
+impl NameCache {
+    /// `dir` was just created: it is complete and empty.
+    pub fn new_dir(&self, dir: InodeId) {
+        let mut d = self.dirs.lock();
+        if d.len() >= MAX_DIRS {
+            // Forgetting a directory only costs reads later, never correctness.
+            if let Some(victim) = d.keys().next().copied() {
+                d.remove(&victim);
+            }
+        }
+        d.insert(dir, HashSet::new());
+    }
+
+    /// `Some(exists)` when `dir` is complete, `None` when unknown.
+    pub fn contains(&self, dir: InodeId, name: &[u8]) -> Option<bool> {
+        self.dirs.lock().get(&dir).map(|names| names.contains(name))
+    }
+
+    /// `name` now exists in `dir`.
+    pub fn insert(&self, dir: InodeId, name: &[u8]) {
+        let mut d = self.dirs.lock();
+        if let Some(names) = d.get_mut(&dir) {
+            if names.len() >= MAX_NAMES_PER_DIR {
+                d.remove(&dir);
+            } else {
+                names.insert(name.to_vec());
+            }
+        }
+    }
+
+    /// `name` no longer exists in `dir`.
+    pub fn remove(&self, dir: InodeId, name: &[u8]) {
+        if let Some(names) = self.dirs.lock().get_mut(&dir) {
+            names.remove(name);
+        }
+    }
+
+    /// `dir` was removed.
+    pub fn drop_dir(&self, dir: InodeId) {
+        self.dirs.lock().remove(&dir);
+    }
+}

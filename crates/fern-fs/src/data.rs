@@ -1,0 +1,306 @@
+//! File data: read, write (with O_APPEND), truncation of blocks, fallocate. It owns the block
+//! mapping: block `n` of file `id` holds bytes `[n * bs, (n + 1) * bs)`, stored at most `bs`
+//! long; bytes missing from a short or absent block read as zeros.
+//!
+//! Invariant D1: no stored byte lies at or beyond the file's size. Writes extend the size in
+//! the same batch as their data; truncation trims and range-deletes in the same batch as the
+//! size change; so extending a file later never uncovers stale bytes.
+//!
+//! Writes are blind (an upsert per touched block and one of the stat) and must never read
+//! before they write, except O_APPEND, which must learn the size.
+
+use fern_kv::{Direction, KeyRange, WriteBatch, WriteOptions};
+
+use crate::attr::{FileType, Timespec};
+use crate::error::{FsError, FsResult};
+use crate::fs::{Fs, MAX_FILE_SIZE};
+use crate::ids::{Fh, InodeId};
+use crate::schema;
+use crate::upsert::{BlockOp, StatDelta, FN_BLOCK};
+
+/// fallocate: do not change the size.
+pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
+/// fallocate: deallocate the range (with KEEP_SIZE).
+pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+
+/// Atime is refreshed on read when older than this, or not newer than mtime/ctime (relatime):
+/// a read does not write on every call (TiFS wrote atime on every read).
+const RELATIME_SECS: i64 = 24 * 3600;
+
+impl Fs {
+    /// Reads up to `size` bytes of `ino` at `offset`; short at end of file.
+    pub fn read(&self, ino: InodeId, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let inode = {
+            let _g = self.locks.lock(&[ino]);
+            self.read_inode(ino)?
+        };
+        match inode.stat.kind()? {
+            FileType::Regular => {}
+            FileType::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid),
+        }
+        let file_size = inode.stat.size;
+        if offset >= file_size || size == 0 {
+            return Ok(Vec::new());
+        }
+        let end = file_size.min(offset.saturating_add(u64::from(size)));
+        let bs = u64::from(self.sb.block_size);
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        let range = KeyRange::half_open(
+            &schema::block_key(ino, first),
+            &schema::block_key(ino, last + 1),
+        );
+        let blocks = self.kv.scan(
+            self.t.data,
+            &range,
+            Direction::Forward,
+            (last - first + 1) as usize,
+        )?;
+        let mut out = vec![0u8; (end - offset) as usize];
+        for (k, v) in blocks {
+            let n = schema::parse_block_key(ino, &k)?;
+            if v.len() as u64 > bs {
+                return Err(FsError::corrupt(format!(
+                    "data block {n} of inode {}: {} bytes",
+                    ino.0,
+                    v.len()
+                )));
+            }
+            let block_start = n * bs;
+            let from = offset.max(block_start);
+            let to = end.min(block_start + v.len() as u64);
+            if from < to {
+                out[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
+                    &v[(from - block_start) as usize..(to - block_start) as usize],
+                );
+            }
+        }
+        self.touch_atime(ino, &inode.stat)?;
+        Ok(out)
+    }
+
+    fn touch_atime(&self, ino: InodeId, stat: &crate::attr::Stat) -> FsResult<()> {
+        let now = Timespec::now();
+        let stale = stat.atime <= stat.mtime
+            || stat.atime <= stat.ctime
+            || now.sec - stat.atime.sec >= RELATIME_SECS;
+        if !stale {
+            return Ok(());
+        }
+        let _g = self.locks.lock(&[ino]);
+        let Ok((loc, _)) = self.loc(ino) else {
+            return Ok(());
+        };
+        let mut b = WriteBatch::new();
+        self.upsert_stat(
+            &mut b,
+            ino,
+            &loc,
+            &StatDelta {
+                atime: Some(now),
+                ..StatDelta::default()
+            },
+        )?;
+        self.kv.write(b, WriteOptions::NO_SYNC)?;
+        Ok(())
+    }
+
+    /// Writes `data` through handle `fh` at `offset` (at the end of file for O_APPEND
+    /// handles); returns the bytes written.
+    pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let (ino, append, writable) = {
+            let h = self.handles.lock();
+            let h = h.get(&fh).ok_or(FsError::BadHandle)?;
+            (h.ino, h.append, h.write)
+        };
+        if !writable {
+            return Err(FsError::BadHandle);
+        }
+        let _g = self.locks.lock(&[ino]);
+        let (loc, kind) = self.loc(ino)?;
+        if kind != FileType::Regular {
+            return Err(if kind == FileType::Directory {
+                FsError::IsDir
+            } else {
+                FsError::Invalid
+            });
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let offset = if append {
+            self.read_inode_at(&*self.kv, ino, &loc)?.stat.size
+        } else {
+            offset
+        };
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > MAX_FILE_SIZE)
+        {
+            return Err(FsError::FileTooBig);
+        }
+        let bs = u64::from(self.sb.block_size);
+        let now = Timespec::now();
+        let limits = self.kv.limits();
+        // Split so each batch fits the backend (one block op per block plus one stat op).
+        let max_blocks = limits
+            .max_ops
+            .map_or(256, |m| m.saturating_sub(1).clamp(1, 256)) as u64;
+        let max_bytes = limits
+            .max_bytes
+            .map_or(usize::MAX, |m| m.saturating_sub(4096).max(bs as usize));
+        let chunk_len = (max_blocks * bs).min(max_bytes as u64 / bs * bs).max(bs);
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            // End chunks on block boundaries so no block is split across batches.
+            let room = chunk_len - pos % bs;
+            let n = (data.len() - done).min(room as usize);
+            let mut b = WriteBatch::new();
+            let mut p = 0usize;
+            while p < n {
+                let at = pos + p as u64;
+                let in_block = (at % bs) as usize;
+                let take = (n - p).min(bs as usize - in_block);
+                let op = BlockOp::Write {
+                    offset: in_block as u32,
+                    bytes: &data[done + p..done + p + take],
+                };
+                b.upsert(
+                    self.t.data,
+                    schema::block_key(ino, at / bs),
+                    FN_BLOCK,
+                    op.encode(),
+                );
+                p += take;
+            }
+            let d = StatDelta {
+                size_at_least: Some(pos + n as u64),
+                mtime: Some(now),
+                ctime: Some(now),
+                ..StatDelta::default()
+            };
+            self.upsert_stat(&mut b, ino, &loc, &d)?;
+            self.kv.write(b, WriteOptions::NO_SYNC)?;
+            done += n;
+        }
+        Ok(data.len())
+    }
+
+    /// Appends the data changes of truncating `ino` to `size` (D1: nothing stays at or past
+    /// `size`). Blind: it needs neither the old size nor the blocks.
+    pub(crate) fn truncate_blocks(&self, b: &mut WriteBatch, ino: InodeId, size: u64) {
+        let bs = u64::from(self.sb.block_size);
+        let (full, rem) = (size / bs, size % bs);
+        let first_gone = if rem == 0 {
+            full
+        } else {
+            b.upsert(
+                self.t.data,
+                schema::block_key(ino, full),
+                FN_BLOCK,
+                BlockOp::Trim { len: rem as u32 }.encode(),
+            );
+            full + 1
+        };
+        let (lo, hi) = schema::blocks_from(ino, first_gone);
+        b.delete_range(self.t.data, lo, hi);
+    }
+
+    /// fallocate: mode 0 (extend size), KEEP_SIZE (nothing to reserve: space is not
+    /// preallocated), PUNCH_HOLE|KEEP_SIZE (zero the range, dropping whole blocks).
+    pub fn fallocate(&self, ino: InodeId, mode: u32, offset: u64, len: u64) -> FsResult<()> {
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
+            return Err(FsError::NotSupported);
+        }
+        let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
+        if punch && mode & FALLOC_FL_KEEP_SIZE == 0 {
+            return Err(FsError::NotSupported);
+        }
+        if len == 0 {
+            return Err(FsError::Invalid);
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|e| *e <= MAX_FILE_SIZE)
+            .ok_or(FsError::FileTooBig)?;
+        let _g = self.locks.lock(&[ino]);
+        let (loc, kind) = self.loc(ino)?;
+        match kind {
+            FileType::Regular => {}
+            FileType::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid),
+        }
+        let now = Timespec::now();
+        let mut b = WriteBatch::new();
+        let mut d = StatDelta::default();
+        if punch {
+            self.punch_blocks(&mut b, ino, offset, end);
+            d.mtime = Some(now);
+            d.ctime = Some(now);
+        } else if mode & FALLOC_FL_KEEP_SIZE == 0 {
+            d.size_at_least = Some(end);
+            d.mtime = Some(now);
+            d.ctime = Some(now);
+        } else {
+            return Ok(());
+        }
+        self.upsert_stat(&mut b, ino, &loc, &d)?;
+        self.kv.write(b, WriteOptions::NO_SYNC)?;
+        Ok(())
+    }
+
+    fn punch_blocks(&self, b: &mut WriteBatch, ino: InodeId, start: u64, end: u64) {
+        let bs = u64::from(self.sb.block_size);
+        let first_full = start.div_ceil(bs);
+        let end_full = end / bs;
+        if first_full < end_full {
+            b.delete_range(
+                self.t.data,
+                schema::block_key(ino, first_full),
+                schema::block_key(ino, end_full),
+            );
+        }
+        if start % bs != 0 {
+            let block_end = (start / bs + 1) * bs;
+            let zero = Op2 {
+                off: (start % bs) as u32,
+                len: (end.min(block_end) - start) as u32,
+            };
+            b.upsert(
+                self.t.data,
+                schema::block_key(ino, start / bs),
+                FN_BLOCK,
+                zero.encode(),
+            );
+        }
+        if end % bs != 0 && (start % bs == 0 || end / bs != start / bs) {
+            let zero = Op2 {
+                off: 0,
+                len: (end % bs) as u32,
+            };
+            b.upsert(
+                self.t.data,
+                schema::block_key(ino, end / bs),
+                FN_BLOCK,
+                zero.encode(),
+            );
+        }
+    }
+}
+
+/// A zeroing op (helper to keep the punch arithmetic readable).
+struct Op2 {
+    off: u32,
+    len: u32,
+}
+
+impl Op2 {
+    fn encode(&self) -> Vec<u8> {
+        BlockOp::Zero {
+            offset: self.off,
+            len: self.len,
+        }
+        .encode()
+    }
+}

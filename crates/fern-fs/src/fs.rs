@@ -1,0 +1,264 @@
+//! The mounted file system: construction (mkfs, mount with orphan cleanup) and the helpers
+//! every operation shares (name validation, finding and reading an inode's stat, freeing an
+//! inode's keys). It owns the `Fs` struct; the operations live in their own modules
+//! (`namespace`, `rename`, `data`, `inode_ops`, `dir`, `xattr`). It must never bypass
+//! the `KvStore` trait.
+//!
+//! Single writer: one `Fs` is the only writer of its store. In-memory state (stat locations,
+//! name cache, open counts) is exact only under that rule; namespace changes still run as
+//! optimistic transactions so that the distributed mode only has to add cache leases.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use fern_kv::{KvRead, KvStore, RetryPolicy, TreeId, WriteBatch, WriteOptions};
+use parking_lot::Mutex;
+
+use crate::alloc::IdAllocator;
+use crate::attr::{Attr, FileType, Stat, Timespec};
+use crate::cache::{Inodes, Loc, NameCache};
+use crate::error::{FsError, FsResult};
+use crate::ids::{Fh, InodeId};
+use crate::locks::Stripes;
+use crate::record::{Dentry, Inode};
+use crate::schema::{self, Superblock, Trees};
+use crate::upsert::{StatDelta, FN_STAT};
+
+/// Longest name in a directory.
+pub const NAME_MAX: usize = 255;
+/// Longest symlink target.
+pub const PATH_MAX: usize = 4095;
+/// Largest file size: block numbers stay far from overflow.
+pub const MAX_FILE_SIZE: u64 = 1 << 50;
+
+/// Parameters of a new file system.
+#[derive(Clone, Copy, Debug)]
+pub struct MkfsOptions {
+    /// Data block size: a power of two in 512..=65536. Default 4096.
+    pub block_size: u32,
+    /// Owner of the root directory.
+    pub root_uid: u32,
+    /// Group of the root directory.
+    pub root_gid: u32,
+    /// Permission bits of the root directory.
+    pub root_perm: u32,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        Self {
+            block_size: 4096,
+            root_uid: 0,
+            root_gid: 0,
+            root_perm: 0o755,
+        }
+    }
+}
+
+/// An open file or directory handle's state.
+#[derive(Clone, Debug)]
+pub(crate) struct Handle {
+    pub ino: InodeId,
+    pub append: bool,
+    pub write: bool,
+    /// For directory handles: names already returned, indexed by (FUSE offset - 1).
+    pub dir_names: Option<Vec<Vec<u8>>>,
+}
+
+/// A mounted fernfs. Shareable between threads (`Arc<Fs>`).
+pub struct Fs {
+    pub(crate) kv: Arc<dyn KvStore>,
+    pub(crate) t: Trees,
+    pub(crate) sb: Superblock,
+    pub(crate) ids: IdAllocator,
+    pub(crate) locks: Stripes,
+    pub(crate) inodes: Inodes,
+    pub(crate) names: NameCache,
+    pub(crate) handles: Mutex<HashMap<Fh, Handle>>,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) policy: RetryPolicy,
+}
+
+impl Fs {
+    /// Writes a new, empty file system into `kv` (which must have been opened with
+    /// [`crate::registry`]). Fails with `Exists` if `kv` already holds one.
+    pub fn mkfs(kv: &dyn KvStore, opts: MkfsOptions) -> FsResult<()> {
+        if !schema::valid_block_size(opts.block_size) {
+            return Err(FsError::Invalid);
+        }
+        let t = Trees::open(kv)?;
+        if kv.get(t.meta, schema::SUPER_KEY)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let sb = Superblock {
+            version: schema::FORMAT_VERSION,
+            block_size: opts.block_size,
+        };
+        let now = Timespec::now();
+        let mode = FileType::Directory.mode_bits() | (opts.root_perm & 0o7777);
+        let root = Inode {
+            stat: Stat::new(mode, opts.root_uid, opts.root_gid, 2, now),
+            payload: vec![],
+        };
+        let mut b = WriteBatch::new();
+        b.put(t.meta, schema::SUPER_KEY.to_vec(), sb.encode());
+        b.put(
+            t.meta,
+            schema::ALLOC_KEY.to_vec(),
+            InodeId::FIRST_FREE.to_be_bytes().to_vec(),
+        );
+        b.put(t.inode, schema::id_key(InodeId::ROOT), root.encode_record());
+        b.put(
+            t.dirparent,
+            schema::id_key(InodeId::ROOT),
+            InodeId::ROOT.0.to_be_bytes().to_vec(),
+        );
+        kv.write(b, WriteOptions::SYNC)?;
+        Ok(())
+    }
+
+    /// Mounts the file system in `kv`, freeing the data of files that were unlinked while open
+    /// when the previous mount stopped (nothing can hold them open any more).
+    pub fn mount(kv: Arc<dyn KvStore>) -> FsResult<Fs> {
+        let t = Trees::open(&*kv)?;
+        let sb = match kv.get(t.meta, schema::SUPER_KEY)? {
+            Some(v) => Superblock::decode(&v)?,
+            None => return Err(FsError::NotFormatted("no superblock".into())),
+        };
+        let fs = Fs {
+            kv,
+            t,
+            sb,
+            ids: IdAllocator::new(),
+            locks: Stripes::new(),
+            inodes: Inodes::default(),
+            names: NameCache::default(),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            policy: RetryPolicy::default(),
+        };
+        fs.inodes
+            .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);
+        fs.clean_orphans()?;
+        Ok(fs)
+    }
+
+    /// The data block size chosen at mkfs.
+    pub fn block_size(&self) -> u32 {
+        self.sb.block_size
+    }
+
+    /// The store under this file system.
+    pub fn store(&self) -> &Arc<dyn KvStore> {
+        &self.kv
+    }
+
+    fn clean_orphans(&self) -> FsResult<()> {
+        let range = fern_kv::KeyRange::all();
+        loop {
+            // Each page is freed in its own batch: resumable, and each step is idempotent.
+            let page = self
+                .kv
+                .scan(self.t.orphan, &range, fern_kv::Direction::Forward, 64)?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            let mut b = WriteBatch::new();
+            for (k, _) in &page {
+                self.free_inode(&mut b, schema::parse_id_key(k)?);
+            }
+            self.kv.write(b, WriteOptions::NO_SYNC)?;
+        }
+    }
+
+    /// Appends the deletion of every key of inode `id`: data, xattrs, inode record, orphan
+    /// record. Two range deletes and two deletes, whatever the file's size.
+    pub(crate) fn free_inode(&self, b: &mut WriteBatch, id: InodeId) {
+        let (lo, hi) = schema::blocks_from(id, 0);
+        b.delete_range(self.t.data, lo, hi);
+        let (lo, hi) = schema::id_prefix_range(id);
+        b.delete_range(self.t.xattr, lo, hi);
+        b.delete(self.t.inode, schema::id_key(id));
+        b.delete(self.t.orphan, schema::id_key(id));
+    }
+
+    /// The stat location of an inode this mount knows.
+    pub(crate) fn loc(&self, ino: InodeId) -> FsResult<(Loc, FileType)> {
+        match self.inodes.get(ino) {
+            Some(k) if k.loc == Loc::Gone => Err(FsError::NotFound),
+            Some(k) => Ok((k.loc, k.kind)),
+            None => Err(FsError::Stale),
+        }
+    }
+
+    /// Reads inode `ino` at `loc` through `r` (the store or a transaction).
+    pub(crate) fn read_inode_at(&self, r: &dyn KvRead, ino: InodeId, loc: &Loc) -> FsResult<Inode> {
+        match loc {
+            Loc::Entry { parent, name } => {
+                let v = r.get(self.t.dentry, &schema::named_key(*parent, name))?;
+                match v.map(|v| Dentry::decode(&v)).transpose()? {
+                    Some(Dentry::Inline { id, inode }) if id == ino => Ok(inode),
+                    Some(Dentry::Linked { id, .. }) if id == ino => self.read_record(r, ino),
+                    // The table is kept exact under the inode's lock, so this is a bug or a
+                    // second writer; refuse rather than return another file's attributes.
+                    _ => Err(FsError::Stale),
+                }
+            }
+            Loc::Inode => self.read_record(r, ino),
+            Loc::Gone => Err(FsError::NotFound),
+        }
+    }
+
+    pub(crate) fn read_record(&self, r: &dyn KvRead, ino: InodeId) -> FsResult<Inode> {
+        match r.get(self.t.inode, &schema::id_key(ino))? {
+            Some(v) => Inode::decode_record(&v),
+            None => Err(FsError::Stale),
+        }
+    }
+
+    /// Reads inode `ino` wherever its stat is.
+    pub(crate) fn read_inode(&self, ino: InodeId) -> FsResult<Inode> {
+        let (loc, _) = self.loc(ino)?;
+        self.read_inode_at(&*self.kv, ino, &loc)
+    }
+
+    /// The (tree, key) holding the stat of an inode at `loc`.
+    pub(crate) fn stat_key(&self, ino: InodeId, loc: &Loc) -> FsResult<(TreeId, Vec<u8>)> {
+        match loc {
+            Loc::Entry { parent, name } => Ok((self.t.dentry, schema::named_key(*parent, name))),
+            Loc::Inode => Ok((self.t.inode, schema::id_key(ino))),
+            Loc::Gone => Err(FsError::NotFound),
+        }
+    }
+
+    /// Appends a blind stat update of `ino` at `loc`.
+    pub(crate) fn upsert_stat(
+        &self,
+        b: &mut WriteBatch,
+        ino: InodeId,
+        loc: &Loc,
+        d: &StatDelta,
+    ) -> FsResult<()> {
+        let (tree, key) = self.stat_key(ino, loc)?;
+        b.upsert(tree, key, FN_STAT, d.encode());
+        Ok(())
+    }
+
+    /// Public attributes of `inode` with id `ino`.
+    pub(crate) fn attr_of(&self, ino: InodeId, inode: &Inode) -> FsResult<Attr> {
+        inode.stat.to_attr(ino, self.sb.block_size)
+    }
+}
+
+/// Checks a single path component.
+pub(crate) fn validate_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(FsError::Invalid);
+    }
+    if name.len() > NAME_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    Ok(())
+}

@@ -1,0 +1,451 @@
+//! Namespace operations that add or remove one name: lookup, create, mknod, mkdir, symlink,
+//! link, unlink, rmdir, readlink, forget. Each is one optimistic transaction over the entry
+//! key(s) it reads, run under the stripe locks of every inode whose stat location it reads or
+//! changes. It owns the rules for link counts and for what happens to an inode when its last
+//! name goes (freed at once, or kept as an orphan while open). It must never read data blocks.
+
+use fern_kv::{transact, KeyRange, KvRead, KvTxn, WriteOptions};
+
+use crate::attr::{Attr, FileType, Stat, Timespec};
+use crate::cache::Loc;
+use crate::error::{FsError, FsResult};
+use crate::fs::{validate_name, Fs, PATH_MAX};
+use crate::ids::InodeId;
+use crate::perm::Cred;
+use crate::record::{Dentry, Inode};
+use crate::schema;
+use crate::upsert::StatDelta;
+
+/// What became of an inode whose name was removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Other hard links remain.
+    StillLinked,
+    /// No name left but open: kept as an orphan until the last release.
+    Orphaned,
+    /// No name left and not open: every key deleted.
+    Freed,
+}
+
+impl Fs {
+    /// Finds `name` in `parent` and pins the child (FUSE lookup count + 1).
+    pub fn lookup(&self, parent: InodeId, name: &[u8]) -> FsResult<Attr> {
+        validate_name(name)?;
+        self.require_dir(parent)?;
+        let _g = self.locks.lock(&[parent]);
+        if self.names.contains(parent, name) == Some(false) {
+            return Err(FsError::NotFound);
+        }
+        let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
+        let (loc, inode) = self.resolve(&*self.kv, parent, name, d.clone())?;
+        let kind = inode.stat.kind()?;
+        self.inodes.pin(d.id(), loc, kind);
+        self.attr_of(d.id(), &inode)
+    }
+
+    /// Drops `n` lookups of `ino` (FUSE forget).
+    pub fn forget(&self, ino: InodeId, n: u64) {
+        let _g = self.locks.lock(&[ino]);
+        self.inodes.forget(ino, n);
+    }
+
+    /// Creates a device node, FIFO, socket or regular file (`mode` carries the type).
+    pub fn mknod(
+        &self,
+        cred: &Cred,
+        parent: InodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> FsResult<Attr> {
+        match FileType::from_mode(mode) {
+            Some(FileType::Directory | FileType::Symlink) | None => Err(FsError::Invalid),
+            Some(_) => Ok(self
+                .make_node(cred, parent, name, mode, rdev, Vec::new(), true)?
+                .0),
+        }
+    }
+
+    /// Creates a directory with permission bits `perm`.
+    pub fn mkdir(&self, cred: &Cred, parent: InodeId, name: &[u8], perm: u32) -> FsResult<Attr> {
+        let mode = FileType::Directory.mode_bits() | (perm & 0o7777);
+        Ok(self
+            .make_node(cred, parent, name, mode, 0, Vec::new(), true)?
+            .0)
+    }
+
+    /// Creates a symbolic link to `target`.
+    pub fn symlink(
+        &self,
+        cred: &Cred,
+        parent: InodeId,
+        name: &[u8],
+        target: &[u8],
+    ) -> FsResult<Attr> {
+        if target.is_empty() {
+            return Err(FsError::NotFound);
+        }
+        if target.len() > PATH_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        let mode = FileType::Symlink.mode_bits() | 0o777;
+        Ok(self
+            .make_node(cred, parent, name, mode, 0, target.to_vec(), true)?
+            .0)
+    }
+
+    /// The target of symlink `ino`.
+    pub fn readlink(&self, ino: InodeId) -> FsResult<Vec<u8>> {
+        let inode = self.read_inode(ino)?;
+        if inode.stat.kind()? != FileType::Symlink {
+            return Err(FsError::Invalid);
+        }
+        Ok(inode.payload)
+    }
+
+    /// Creates (or with `exclusive == false`, finds) a regular file; returns its attributes
+    /// and whether it was created. Pins the inode either way.
+    pub(crate) fn create_node(
+        &self,
+        cred: &Cred,
+        parent: InodeId,
+        name: &[u8],
+        perm: u32,
+        exclusive: bool,
+    ) -> FsResult<(Attr, bool)> {
+        let mode = FileType::Regular.mode_bits() | (perm & 0o7777);
+        self.make_node(cred, parent, name, mode, 0, Vec::new(), exclusive)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make_node(
+        &self,
+        cred: &Cred,
+        parent: InodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        payload: Vec<u8>,
+        exclusive: bool,
+    ) -> FsResult<(Attr, bool)> {
+        validate_name(name)?;
+        self.require_dir(parent)?;
+        let kind = FileType::from_mode(mode).ok_or(FsError::Invalid)?;
+        let _g = self.locks.lock(&[parent]);
+        let (ploc, _) = self.loc(parent)?;
+        // A complete name set answers "does it exist" without reading the entry.
+        let known_absent = self.names.contains(parent, name) == Some(false);
+        let id = self.ids.alloc(&*self.kv, &self.t, &self.policy)?;
+        let now = Timespec::now();
+        let is_dir = kind == FileType::Directory;
+        let mut stat = Stat::new(mode, cred.uid, cred.gid, if is_dir { 2 } else { 1 }, now);
+        stat.rdev = rdev;
+        stat.size = payload.len() as u64;
+        let inode = Inode { stat, payload };
+        let key = schema::named_key(parent, name);
+        let existing = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            if !known_absent {
+                if let Some(v) = txn.get(self.t.dentry, &key)? {
+                    return Ok(Some(Dentry::decode(&v)?));
+                }
+            }
+            let entry = Dentry::Inline {
+                id,
+                inode: inode.clone(),
+            }
+            .encode();
+            txn.batch().put(self.t.dentry, key.clone(), entry);
+            let delta = StatDelta {
+                mtime: Some(now),
+                ctime: Some(now),
+                nlink_add: is_dir.then_some(1),
+                ..StatDelta::default()
+            };
+            self.upsert_stat(txn.batch(), parent, &ploc, &delta)?;
+            if is_dir {
+                txn.batch().put(
+                    self.t.dirparent,
+                    schema::id_key(id),
+                    parent.0.to_be_bytes().to_vec(),
+                );
+            }
+            Ok::<_, FsError>(None)
+        })?;
+        if let Some(d) = existing {
+            if exclusive {
+                return Err(FsError::Exists);
+            }
+            let (loc, found) = self.resolve(&*self.kv, parent, name, d.clone())?;
+            let found_kind = found.stat.kind()?;
+            if found_kind == FileType::Directory {
+                return Err(FsError::IsDir);
+            }
+            self.inodes.pin(d.id(), loc, found_kind);
+            return Ok((self.attr_of(d.id(), &found)?, false));
+        }
+        self.names.insert(parent, name);
+        if is_dir {
+            self.names.new_dir(id);
+        }
+        self.inodes.pin(
+            id,
+            Loc::Entry {
+                parent,
+                name: name.to_vec(),
+            },
+            kind,
+        );
+        Ok((self.attr_of(id, &inode)?, true))
+    }
+
+    /// Adds the name `newname` in `newparent` for `ino` (not a directory).
+    pub fn link(&self, ino: InodeId, newparent: InodeId, newname: &[u8]) -> FsResult<Attr> {
+        validate_name(newname)?;
+        self.require_dir(newparent)?;
+        let (loc, kind) = self.loc(ino)?;
+        if kind == FileType::Directory {
+            return Err(FsError::Perm);
+        }
+        let mut lockset = vec![ino, newparent];
+        if let Loc::Entry { parent, .. } = &loc {
+            lockset.push(*parent);
+        }
+        let _g = self.locks.lock(&lockset);
+        let known = self.inodes.get(ino).ok_or(FsError::Stale)?;
+        if known.loc != loc {
+            // Moved between our look and our lock: the caller sees a transient failure.
+            return Err(FsError::Kv(fern_kv::KvError::Conflict));
+        }
+        if known.orphan {
+            return Err(FsError::NotFound);
+        }
+        let (nploc, _) = self.loc(newparent)?;
+        let newkey = schema::named_key(newparent, newname);
+        let now = Timespec::now();
+        let inode = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            if txn.get(self.t.dentry, &newkey)?.is_some() {
+                return Err(FsError::Exists);
+            }
+            let mut inode = self.read_inode_at(&*txn, ino, &loc)?;
+            if inode.stat.nlink == 0 {
+                return Err(FsError::NotFound);
+            }
+            inode.stat.nlink += 1;
+            inode.stat.ctime = now;
+            let b = txn.batch();
+            if let Loc::Entry { parent, name } = &loc {
+                // First extra link: the stat moves out of the entry into the inode tree.
+                b.put(self.t.inode, schema::id_key(ino), inode.encode_record());
+                b.put(
+                    self.t.dentry,
+                    schema::named_key(*parent, name),
+                    Dentry::Linked {
+                        id: ino,
+                        mode: inode.stat.mode,
+                    }
+                    .encode(),
+                );
+            } else {
+                let d = StatDelta {
+                    nlink_add: Some(1),
+                    ctime: Some(now),
+                    ..StatDelta::default()
+                };
+                self.upsert_stat(b, ino, &Loc::Inode, &d)?;
+            }
+            b.put(
+                self.t.dentry,
+                newkey.clone(),
+                Dentry::Linked {
+                    id: ino,
+                    mode: inode.stat.mode,
+                }
+                .encode(),
+            );
+            let pd = StatDelta {
+                mtime: Some(now),
+                ctime: Some(now),
+                ..StatDelta::default()
+            };
+            self.upsert_stat(txn.batch(), newparent, &nploc, &pd)?;
+            Ok(inode)
+        })?;
+        self.names.insert(newparent, newname);
+        self.inodes.pin(ino, Loc::Inode, kind);
+        self.attr_of(ino, &inode)
+    }
+
+    /// Removes the name `name` (not a directory) from `parent`.
+    pub fn unlink(&self, parent: InodeId, name: &[u8]) -> FsResult<()> {
+        self.remove_name(parent, name, false)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&self, parent: InodeId, name: &[u8]) -> FsResult<()> {
+        self.remove_name(parent, name, true)
+    }
+
+    fn remove_name(&self, parent: InodeId, name: &[u8], dir: bool) -> FsResult<()> {
+        validate_name(name)?;
+        self.require_dir(parent)?;
+        let key = schema::named_key(parent, name);
+        loop {
+            let victim = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
+            check_kind(&victim, dir)?;
+            let id = victim.id();
+            let _g = self.locks.lock(&[parent, id]);
+            let (ploc, _) = self.loc(parent)?;
+            let now = Timespec::now();
+            let fate = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+                let Some(v) = txn.get(self.t.dentry, &key)? else {
+                    return Err(FsError::NotFound);
+                };
+                let d = Dentry::decode(&v)?;
+                if d.id() != id {
+                    return Ok(None); // replaced between the peek and the lock: start over
+                }
+                check_kind(&d, dir)?;
+                txn.batch().delete(self.t.dentry, key.clone());
+                let mut pd = StatDelta {
+                    mtime: Some(now),
+                    ctime: Some(now),
+                    ..StatDelta::default()
+                };
+                if dir {
+                    pd.nlink_add = Some(-1);
+                    self.remove_dir_keys(txn, id)?;
+                }
+                self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
+                let fate = if dir {
+                    Fate::Freed
+                } else {
+                    self.drop_link(txn, d, now)?
+                };
+                Ok(Some(fate))
+            })?;
+            let Some(fate) = fate else { continue };
+            self.names.remove(parent, name);
+            if dir {
+                self.names.drop_dir(id);
+            }
+            self.settle(id, fate);
+            return Ok(());
+        }
+    }
+
+    /// Appends the removal of empty directory `id`'s own keys; fails if it has entries.
+    pub(crate) fn remove_dir_keys(&self, txn: &mut dyn KvTxn, id: InodeId) -> FsResult<()> {
+        let (lo, hi) = schema::id_prefix_range(id);
+        let children = txn.scan(
+            self.t.dentry,
+            &KeyRange::half_open(&lo, &hi),
+            fern_kv::Direction::Forward,
+            1,
+        )?;
+        if !children.is_empty() {
+            return Err(FsError::NotEmpty);
+        }
+        txn.batch().delete(self.t.dirparent, schema::id_key(id));
+        txn.batch().delete_range(self.t.xattr, lo, hi);
+        Ok(())
+    }
+
+    /// Appends what losing the name `d` means for its inode (the entry deletion itself is the
+    /// caller's). The caller holds the inode's stripe, so its open count cannot change.
+    pub(crate) fn drop_link(
+        &self,
+        txn: &mut dyn KvTxn,
+        d: Dentry,
+        now: Timespec,
+    ) -> FsResult<Fate> {
+        let id = d.id();
+        let open = self.inodes.get(id).is_some_and(|k| k.opens > 0);
+        let mut inode = match d {
+            Dentry::Inline { inode, .. } => inode,
+            Dentry::Linked { .. } => self.read_record(&*txn, id)?,
+        };
+        let b = txn.batch();
+        if inode.stat.nlink > 1 {
+            let delta = StatDelta {
+                nlink_add: Some(-1),
+                ctime: Some(now),
+                ..StatDelta::default()
+            };
+            self.upsert_stat(b, id, &Loc::Inode, &delta)?;
+            return Ok(Fate::StillLinked);
+        }
+        if open {
+            inode.stat.nlink = 0;
+            inode.stat.ctime = now;
+            b.put(self.t.inode, schema::id_key(id), inode.encode_record());
+            b.put(self.t.orphan, schema::id_key(id), Vec::new());
+            return Ok(Fate::Orphaned);
+        }
+        self.free_inode(b, id);
+        Ok(Fate::Freed)
+    }
+
+    /// Updates the inode table after a committed removal.
+    pub(crate) fn settle(&self, id: InodeId, fate: Fate) {
+        match fate {
+            Fate::StillLinked => {}
+            Fate::Orphaned => {
+                self.inodes.update(id, |k| {
+                    k.loc = Loc::Inode;
+                    k.orphan = true;
+                });
+            }
+            Fate::Freed => {
+                self.inodes.relocate(id, Loc::Gone);
+                self.inodes.drop_if_unused(id);
+            }
+        }
+    }
+
+    /// The entry `name` in `parent`, straight from the store.
+    pub(crate) fn peek(&self, parent: InodeId, name: &[u8]) -> FsResult<Option<Dentry>> {
+        match self
+            .kv
+            .get(self.t.dentry, &schema::named_key(parent, name))?
+        {
+            Some(v) => Ok(Some(Dentry::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Where the inode of entry `d` (at parent/name) lives, and the inode itself.
+    pub(crate) fn resolve(
+        &self,
+        r: &dyn KvRead,
+        parent: InodeId,
+        name: &[u8],
+        d: Dentry,
+    ) -> FsResult<(Loc, Inode)> {
+        match d {
+            Dentry::Inline { inode, .. } => Ok((
+                Loc::Entry {
+                    parent,
+                    name: name.to_vec(),
+                },
+                inode,
+            )),
+            Dentry::Linked { id, .. } => Ok((Loc::Inode, self.read_record(r, id)?)),
+        }
+    }
+
+    /// Fails unless `ino` is a directory this mount knows.
+    pub(crate) fn require_dir(&self, ino: InodeId) -> FsResult<()> {
+        match self.loc(ino)? {
+            (_, FileType::Directory) => Ok(()),
+            _ => Err(FsError::NotDir),
+        }
+    }
+}
+
+fn check_kind(d: &Dentry, want_dir: bool) -> FsResult<()> {
+    match (d.kind()? == FileType::Directory, want_dir) {
+        (true, false) => Err(FsError::IsDir),
+        (false, true) => Err(FsError::NotDir),
+        _ => Ok(()),
+    }
+}

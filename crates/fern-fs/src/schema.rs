@@ -1,0 +1,160 @@
+//! The key layout of every tree and the superblock. It owns the mapping from file-system
+//! objects to keys (all integers big-endian so byte order is sort order); it must never read
+//! or write the store itself. docs/fs-design.md is the byte-level specification.
+
+use fern_kv::{KvResult, KvStore, TreeId};
+
+use crate::codec::{Reader, Writer};
+use crate::error::{FsError, FsResult};
+use crate::ids::InodeId;
+
+/// Handles of the trees fern-fs uses, resolved once at mount.
+#[derive(Clone, Copy, Debug)]
+pub struct Trees {
+    /// Superblock and the id allocator.
+    pub meta: TreeId,
+    /// (parent id, name) -> entry.
+    pub dentry: TreeId,
+    /// id -> inode record (hard-linked files, orphans, the root).
+    pub inode: TreeId,
+    /// (file id, block number) -> block bytes.
+    pub data: TreeId,
+    /// (id, name) -> value.
+    pub xattr: TreeId,
+    /// directory id -> parent directory id (rename cycle checks and "..").
+    pub dirparent: TreeId,
+    /// id -> empty: files unlinked while open, data still to free.
+    pub orphan: TreeId,
+}
+
+impl Trees {
+    /// Resolves (creating where needed) every tree.
+    pub fn open(kv: &dyn KvStore) -> KvResult<Trees> {
+        Ok(Trees {
+            meta: kv.tree("fs.meta")?,
+            dentry: kv.tree("fs.dentry")?,
+            inode: kv.tree("fs.inode")?,
+            data: kv.tree("fs.data")?,
+            xattr: kv.tree("fs.xattr")?,
+            dirparent: kv.tree("fs.dirparent")?,
+            orphan: kv.tree("fs.orphan")?,
+        })
+    }
+}
+
+/// Key of the superblock in `meta`.
+pub const SUPER_KEY: &[u8] = b"superblock";
+/// Key of the id allocator's high-water mark in `meta`.
+pub const ALLOC_KEY: &[u8] = b"next_id";
+
+/// `id` as an 8-byte big-endian key (inode, dirparent, orphan trees).
+pub fn id_key(id: InodeId) -> Vec<u8> {
+    id.0.to_be_bytes().to_vec()
+}
+
+/// Decodes an 8-byte id key.
+pub fn parse_id_key(key: &[u8]) -> FsResult<InodeId> {
+    let mut r = Reader::new(key, "id key");
+    let id = r.u64()?;
+    r.end()?;
+    Ok(InodeId(id))
+}
+
+/// (id, name): the key of a directory entry or an xattr.
+pub fn named_key(id: InodeId, name: &[u8]) -> Vec<u8> {
+    let mut w = Writer::with_capacity(8 + name.len());
+    w.u64(id.0).bytes(name);
+    w.finish()
+}
+
+/// The name part of a (id, name) key.
+pub fn name_of(key: &[u8]) -> FsResult<&[u8]> {
+    key.get(8..)
+        .ok_or_else(|| FsError::corrupt("named key shorter than its id"))
+}
+
+/// The range of all (id, *) keys: `[id, id + 1)` as 8-byte prefixes.
+pub fn id_prefix_range(id: InodeId) -> (Vec<u8>, Vec<u8>) {
+    (
+        id.0.to_be_bytes().to_vec(),
+        id.0.wrapping_add(1).to_be_bytes().to_vec(),
+    )
+}
+
+/// (file id, block number): the key of a data block.
+pub fn block_key(id: InodeId, block: u64) -> Vec<u8> {
+    let mut w = Writer::with_capacity(16);
+    w.u64(id.0).u64(block);
+    w.finish()
+}
+
+/// The block number of a data key belonging to `id`.
+pub fn parse_block_key(id: InodeId, key: &[u8]) -> FsResult<u64> {
+    let mut r = Reader::new(key, "data key");
+    if r.u64()? != id.0 {
+        return Err(FsError::corrupt(
+            "data key of another file inside a file's range",
+        ));
+    }
+    let block = r.u64()?;
+    r.end()?;
+    Ok(block)
+}
+
+/// All data keys of `id` from block `first` on: `[(id, first), (id + 1, 0))`.
+pub fn blocks_from(id: InodeId, first: u64) -> (Vec<u8>, Vec<u8>) {
+    (block_key(id, first), id_prefix_range(id).1)
+}
+
+/// Format version written by this code; a mount refuses any other.
+pub const FORMAT_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"FERNFS\0\x01";
+
+/// The file system's fixed parameters, written once by mkfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Format version.
+    pub version: u32,
+    /// Logical data block size: a power of two from 512 to 65536.
+    pub block_size: u32,
+}
+
+impl Superblock {
+    /// Encodes: magic (8) | version u32 | block_size u32.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(16);
+        w.bytes(MAGIC).u32(self.version).u32(self.block_size);
+        w.finish()
+    }
+
+    /// Decodes and validates.
+    pub fn decode(v: &[u8]) -> FsResult<Superblock> {
+        let mut r = Reader::new(v, "superblock");
+        if r.bytes(8)? != MAGIC {
+            return Err(FsError::NotFormatted("bad superblock magic".into()));
+        }
+        let sb = Superblock {
+            version: r.u32()?,
+            block_size: r.u32()?,
+        };
+        r.end()?;
+        if sb.version != FORMAT_VERSION {
+            return Err(FsError::NotFormatted(format!(
+                "format version {}",
+                sb.version
+            )));
+        }
+        if !valid_block_size(sb.block_size) {
+            return Err(FsError::corrupt(format!(
+                "superblock: block size {}",
+                sb.block_size
+            )));
+        }
+        Ok(sb)
+    }
+}
+
+/// Block sizes mkfs accepts.
+pub fn valid_block_size(bs: u32) -> bool {
+    bs.is_power_of_two() && (512..=65536).contains(&bs)
+}

@@ -1,0 +1,123 @@
+//! Extended attributes, keyed (inode id, name) in the `xattr` tree, so listing is one prefix
+//! scan and deleting an inode's attributes is one range delete. It owns the CREATE/REPLACE
+//! rules and size limits; it must never store an attribute for an inode this mount does not
+//! know.
+
+use fern_kv::{transact, Direction, KeyRange, WriteBatch, WriteOptions};
+
+use crate::attr::Timespec;
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
+use crate::ids::InodeId;
+use crate::schema;
+use crate::upsert::StatDelta;
+
+/// setxattr: fail if the attribute exists.
+pub const XATTR_CREATE: u32 = 1;
+/// setxattr: fail if the attribute does not exist.
+pub const XATTR_REPLACE: u32 = 2;
+/// Longest attribute name (Linux XATTR_NAME_MAX).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest attribute value (Linux XATTR_SIZE_MAX).
+pub const XATTR_SIZE_MAX: usize = 65536;
+
+impl Fs {
+    /// The value of attribute `name` of `ino`.
+    pub fn getxattr(&self, ino: InodeId, name: &[u8]) -> FsResult<Vec<u8>> {
+        check_name(name)?;
+        self.loc(ino)?;
+        self.kv
+            .get(self.t.xattr, &schema::named_key(ino, name))?
+            .ok_or(FsError::NoData)
+    }
+
+    /// Sets attribute `name` of `ino`; `flags` is 0, [`XATTR_CREATE`] or [`XATTR_REPLACE`].
+    pub fn setxattr(&self, ino: InodeId, name: &[u8], value: &[u8], flags: u32) -> FsResult<()> {
+        check_name(name)?;
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(FsError::TooBig);
+        }
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 || flags == XATTR_CREATE | XATTR_REPLACE {
+            return Err(FsError::Invalid);
+        }
+        let _g = self.locks.lock(&[ino]);
+        let (loc, _) = self.loc(ino)?;
+        let key = schema::named_key(ino, name);
+        let now = Timespec::now();
+        transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            if flags != 0 {
+                let exists = txn.get(self.t.xattr, &key)?.is_some();
+                if flags == XATTR_CREATE && exists {
+                    return Err(FsError::Exists);
+                }
+                if flags == XATTR_REPLACE && !exists {
+                    return Err(FsError::NoData);
+                }
+            }
+            txn.batch().put(self.t.xattr, key.clone(), value.to_vec());
+            self.upsert_stat(
+                txn.batch(),
+                ino,
+                &loc,
+                &StatDelta {
+                    ctime: Some(now),
+                    ..StatDelta::default()
+                },
+            )
+        })
+    }
+
+    /// Names of all attributes of `ino`, in byte order.
+    pub fn listxattr(&self, ino: InodeId) -> FsResult<Vec<Vec<u8>>> {
+        self.loc(ino)?;
+        let (lo, hi) = schema::id_prefix_range(ino);
+        let mut range = KeyRange::half_open(&lo, &hi);
+        let mut names = Vec::new();
+        loop {
+            let page = self
+                .kv
+                .scan(self.t.xattr, &range, Direction::Forward, 256)?;
+            let Some((last, _)) = page.last() else { break };
+            range.lo = std::ops::Bound::Excluded(last.clone());
+            let full = page.len() == 256;
+            for (k, _) in &page {
+                names.push(schema::name_of(k)?.to_vec());
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(names)
+    }
+
+    /// Removes attribute `name` of `ino`.
+    pub fn removexattr(&self, ino: InodeId, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        let _g = self.locks.lock(&[ino]);
+        let (loc, _) = self.loc(ino)?;
+        let key = schema::named_key(ino, name);
+        if self.kv.get(self.t.xattr, &key)?.is_none() {
+            return Err(FsError::NoData);
+        }
+        let mut b = WriteBatch::new();
+        b.delete(self.t.xattr, key);
+        self.upsert_stat(
+            &mut b,
+            ino,
+            &loc,
+            &StatDelta {
+                ctime: Some(Timespec::now()),
+                ..StatDelta::default()
+            },
+        )?;
+        self.kv.write(b, WriteOptions::NO_SYNC)?;
+        Ok(())
+    }
+}
+
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name.len() > XATTR_NAME_MAX {
+        return Err(FsError::Range);
+    }
+    Ok(())
+}
