@@ -560,6 +560,14 @@ impl BlockFile {
         }
     }
 
+    /// Every node that has a block in the current BTT, in id order (for checks and tools).
+    pub fn live_blocks(&self) -> impl Iterator<Item = (NodeId, BlockLoc)> + '_ {
+        self.cur.iter().enumerate().filter_map(|(i, s)| match s {
+            Slot::At(loc) => Some((NodeId(i as u64), *loc)),
+            _ => None,
+        })
+    }
+
     /// Reads `len` bytes at `offset_in_block` of node `id`'s current block.
     pub fn read(&self, id: NodeId, offset_in_block: u32, len: u32) -> Result<Vec<u8>> {
         let loc = self.loc(id).ok_or(Error::MissingNode(id))?;
