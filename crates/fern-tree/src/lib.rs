@@ -8,14 +8,28 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+mod basement;
 pub mod blockfile;
+mod buffer;
+mod cache;
 pub mod codec;
+mod cursor;
 pub mod device;
+mod env;
 mod error;
 mod ids;
+mod msg;
+mod node;
+mod tree;
+mod varint;
 
+pub use cache::CacheStats;
+pub use codec::Compression;
+pub use cursor::Cursor;
+pub use env::{Env, Options, Stats, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
+pub use msg::{Op, UpsertFn, UpsertRegistry};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 16 * 1024;

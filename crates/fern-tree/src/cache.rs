@@ -1,0 +1,228 @@
+//! The node cache: one per environment, shared by all its trees, with a hard memory bound.
+//!
+//! Owns which nodes are in memory and how much memory they use (every loaded partition counts,
+//! buffers included — invariant C1). Eviction picks the least recently used nodes that nobody is
+//! using; a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
+//! a change (invariant C2). Never: decides tree structure, or frees blocks.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::Result;
+use crate::ids::NodeId;
+use crate::node::{Node, SharedNode};
+
+struct Slot {
+    node: SharedNode,
+    last_use: AtomicU64,
+}
+
+/// Counters for `stats`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CacheStats {
+    /// Memory in use by cached nodes, in bytes.
+    pub used_bytes: usize,
+    /// The configured bound.
+    pub limit_bytes: usize,
+    /// Nodes in the cache.
+    pub nodes: usize,
+    /// Node lookups answered from memory.
+    pub hits: u64,
+    /// Node lookups that read the device.
+    pub misses: u64,
+    /// Nodes evicted.
+    pub evictions: u64,
+    /// Dirty nodes written by eviction.
+    pub dirty_evictions: u64,
+}
+
+pub(crate) struct Cache {
+    map: Mutex<HashMap<NodeId, Slot>>,
+    used: AtomicUsize,
+    limit: usize,
+    clock: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+    dirty_evictions: AtomicU64,
+    /// One evictor at a time, so a dirty node is never written twice concurrently.
+    evicting: Mutex<()>,
+}
+
+impl Cache {
+    pub(crate) fn new(limit: usize) -> Cache {
+        Cache {
+            map: Mutex::new(HashMap::new()),
+            used: AtomicUsize::new(0),
+            limit,
+            clock: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            dirty_evictions: AtomicU64::new(0),
+            evicting: Mutex::new(()),
+        }
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A cached node, marking it used.
+    pub(crate) fn get(&self, id: NodeId) -> Option<SharedNode> {
+        let map = self.map.lock();
+        match map.get(&id) {
+            Some(s) => {
+                s.last_use.store(self.tick(), Ordering::Relaxed);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(s.node.clone())
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Adds a node read from disk; if another thread added it first, returns that one.
+    pub(crate) fn insert(&self, node: Node) -> SharedNode {
+        let mut map = self.map.lock();
+        if let Some(s) = map.get(&node.id) {
+            return s.node.clone();
+        }
+        let m = node.mem_now();
+        node.mem.store(m, Ordering::Relaxed);
+        self.used.fetch_add(m, Ordering::Relaxed);
+        let id = node.id;
+        let node = Arc::new(node);
+        map.insert(
+            id,
+            Slot {
+                node: node.clone(),
+                last_use: AtomicU64::new(self.tick()),
+            },
+        );
+        node
+    }
+
+    /// Records memory added to a cached node by a lazy partition load.
+    pub(crate) fn grew(&self, node: &Node, bytes: usize) {
+        if bytes > 0 {
+            node.mem.fetch_add(bytes, Ordering::Relaxed);
+            self.used.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Removes a node for a writer to change. The caller holds the environment's write lock, so
+    /// no reader holds a reference and the node is moved out without copying.
+    pub(crate) fn take(&self, id: NodeId) -> Option<Node> {
+        let slot = self.map.lock().remove(&id)?;
+        self.used
+            .fetch_sub(slot.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
+        Some(Arc::try_unwrap(slot.node).unwrap_or_else(|shared| (*shared).clone()))
+    }
+
+    /// Returns a node a writer changed (or created).
+    pub(crate) fn put(&self, node: Node) {
+        let m = node.mem_now();
+        node.mem.store(m, Ordering::Relaxed);
+        self.used.fetch_add(m, Ordering::Relaxed);
+        let id = node.id;
+        let old = self.map.lock().insert(
+            id,
+            Slot {
+                node: Arc::new(node),
+                last_use: AtomicU64::new(self.tick()),
+            },
+        );
+        if let Some(o) = old {
+            self.used
+                .fetch_sub(o.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    /// Drops a node that is no longer part of any tree.
+    pub(crate) fn remove(&self, id: NodeId) {
+        if let Some(o) = self.map.lock().remove(&id) {
+            self.used
+                .fetch_sub(o.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn over_limit(&self) -> bool {
+        self.used.load(Ordering::Relaxed) > self.limit
+    }
+
+    /// Every dirty node (for a checkpoint).
+    pub(crate) fn dirty(&self) -> Vec<SharedNode> {
+        let map = self.map.lock();
+        map.values()
+            .filter(|s| s.node.is_dirty())
+            .map(|s| s.node.clone())
+            .collect()
+    }
+
+    /// Evicts least recently used nodes until memory is below 90% of the bound.
+    /// `write` makes a dirty node durable-on-checkpoint (copy-on-write) before it is dropped.
+    pub(crate) fn evict(&self, write: &dyn Fn(&Node) -> Result<()>) -> Result<()> {
+        if !self.over_limit() {
+            return Ok(());
+        }
+        let Some(_guard) = self.evicting.try_lock() else {
+            return Ok(()); // someone else is evicting
+        };
+        let target = self.limit / 10 * 9;
+        let mut victims: Vec<(u64, NodeId)> = {
+            let map = self.map.lock();
+            map.iter()
+                .filter(|(_, s)| Arc::strong_count(&s.node) == 1)
+                .map(|(id, s)| (s.last_use.load(Ordering::Relaxed), *id))
+                .collect()
+        };
+        victims.sort_unstable();
+        for (_, id) in victims {
+            if self.used.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            let node = {
+                let map = self.map.lock();
+                match map.get(&id) {
+                    Some(s) if Arc::strong_count(&s.node) == 1 => s.node.clone(),
+                    _ => continue,
+                }
+            };
+            if node.is_dirty() {
+                // Written while still cached: a reader that misses later finds the new block.
+                write(&node)?;
+                node.set_dirty(false);
+                self.dirty_evictions.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(node);
+            let mut map = self.map.lock();
+            if let Some(s) = map.get(&id) {
+                if Arc::strong_count(&s.node) == 1 && !s.node.is_dirty() {
+                    let s = map.remove(&id).expect("present");
+                    self.used
+                        .fetch_sub(s.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stats(&self) -> CacheStats {
+        CacheStats {
+            used_bytes: self.used.load(Ordering::Relaxed),
+            limit_bytes: self.limit,
+            nodes: self.map.lock().len(),
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            dirty_evictions: self.dirty_evictions.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Messages: the unit of change that travels down a Bε-tree.
+//!
+//! A message is born at the root with the next MSN and is applied where it meets the row
+//! (a leaf basement), or on the fly by a query that passes it on the way down. This module owns
+//! the packed encoding used inside message buffers (the same bytes go to disk, inside a
+//! compressed partition) and the semantics of applying a message to a row.
+//!
+//! Packed message: `kind u8 | msn u64 LE | klen varint | key | payload`, where payload is
+//! Insert: `vlen varint | value`; Delete: nothing; Upsert: `fn id u32 LE | alen varint | arg`;
+//! RangeDelete: `hlen varint | hi` (the key is `lo`, the range is `[lo, hi)`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::ids::{Msn, UpsertId};
+use crate::varint::{get_varint_trusted, put_varint, Reader};
+use crate::{MAX_KEY_LEN, MAX_VALUE_LEN};
+
+/// An update function: given the key, the current value (if any) and the message argument,
+/// returns the new value, or `None` to delete the row. Must be deterministic: after a crash
+/// it is applied again to the same inputs and must give the same answer.
+pub type UpsertFn = Arc<dyn Fn(&[u8], Option<&[u8]>, &[u8]) -> Option<Vec<u8>> + Send + Sync>;
+
+/// The registered upsert functions of an environment, by stable id.
+#[derive(Clone, Default)]
+pub struct UpsertRegistry {
+    fns: HashMap<u32, UpsertFn>,
+}
+
+impl std::fmt::Debug for UpsertRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut ids: Vec<_> = self.fns.keys().collect();
+        ids.sort();
+        f.debug_struct("UpsertRegistry").field("ids", &ids).finish()
+    }
+}
+
+impl UpsertRegistry {
+    /// Registers `f` under `id`, replacing any earlier function with that id.
+    pub fn register(&mut self, id: UpsertId, f: UpsertFn) {
+        self.fns.insert(id.0, f);
+    }
+
+    /// The function registered under `id`.
+    pub fn get(&self, id: UpsertId) -> Result<&UpsertFn> {
+        self.fns.get(&id.0).ok_or(Error::UnknownUpsert(id.0))
+    }
+
+    /// Whether `id` is registered.
+    pub fn contains(&self, id: UpsertId) -> bool {
+        self.fns.contains_key(&id.0)
+    }
+}
+
+/// Message kinds as stored on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Insert = 1,
+    Delete = 2,
+    Upsert = 3,
+    RangeDelete = 4,
+}
+
+impl Kind {
+    fn from_byte(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Insert,
+            2 => Kind::Delete,
+            3 => Kind::Upsert,
+            4 => Kind::RangeDelete,
+            _ => return None,
+        })
+    }
+}
+
+/// One operation of a write, before it gets an MSN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Set `key` to `value`.
+    Insert {
+        /// The key.
+        key: Vec<u8>,
+        /// The new value.
+        value: Vec<u8>,
+    },
+    /// Remove `key` if present.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Apply upsert function `id` with `arg` to the row at `key`.
+    Upsert {
+        /// The key.
+        key: Vec<u8>,
+        /// Registered function.
+        id: UpsertId,
+        /// Argument passed to the function.
+        arg: Vec<u8>,
+    },
+    /// Remove every key in `[lo, hi)`.
+    DeleteRange {
+        /// Inclusive lower bound.
+        lo: Vec<u8>,
+        /// Exclusive upper bound.
+        hi: Vec<u8>,
+    },
+}
+
+impl Op {
+    /// Checks the documented size limits.
+    pub(crate) fn validate(&self, upserts: &UpsertRegistry) -> Result<()> {
+        let key_ok = |k: &[u8]| {
+            if k.len() > MAX_KEY_LEN {
+                Err(Error::KeyTooLarge {
+                    len: k.len(),
+                    max: MAX_KEY_LEN,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let value_ok = |v: &[u8]| {
+            if v.len() > MAX_VALUE_LEN {
+                Err(Error::ValueTooLarge {
+                    len: v.len(),
+                    max: MAX_VALUE_LEN,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            Op::Insert { key, value } => {
+                key_ok(key)?;
+                value_ok(value)
+            }
+            Op::Delete { key } => key_ok(key),
+            Op::Upsert { key, id, arg } => {
+                key_ok(key)?;
+                value_ok(arg)?;
+                upserts.get(*id).map(|_| ())
+            }
+            Op::DeleteRange { lo, hi } => {
+                key_ok(lo)?;
+                key_ok(hi)
+            }
+        }
+    }
+
+    /// Appends the packed form of this op with `msn` to `out`.
+    pub(crate) fn encode(&self, msn: Msn, out: &mut Vec<u8>) {
+        let (kind, key) = match self {
+            Op::Insert { key, .. } => (Kind::Insert, key),
+            Op::Delete { key } => (Kind::Delete, key),
+            Op::Upsert { key, .. } => (Kind::Upsert, key),
+            Op::DeleteRange { lo, .. } => (Kind::RangeDelete, lo),
+        };
+        out.push(kind as u8);
+        out.extend_from_slice(&msn.0.to_le_bytes());
+        put_varint(out, key.len() as u64);
+        out.extend_from_slice(key);
+        match self {
+            Op::Insert { value, .. } => {
+                put_varint(out, value.len() as u64);
+                out.extend_from_slice(value);
+            }
+            Op::Delete { .. } => {}
+            Op::Upsert { id, arg, .. } => {
+                out.extend_from_slice(&id.0.to_le_bytes());
+                put_varint(out, arg.len() as u64);
+                out.extend_from_slice(arg);
+            }
+            Op::DeleteRange { hi, .. } => {
+                put_varint(out, hi.len() as u64);
+                out.extend_from_slice(hi);
+            }
+        }
+    }
+}
+
+/// A decoded view of one packed message.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MsgRef<'a> {
+    pub kind: Kind,
+    pub msn: Msn,
+    pub key: &'a [u8],
+    /// Insert: the value. Upsert: the argument. RangeDelete: `hi`. Delete: empty.
+    pub payload: &'a [u8],
+    pub upsert: UpsertId,
+    /// Total encoded length.
+    pub len: usize,
+}
+
+impl<'a> MsgRef<'a> {
+    /// Decodes the message at `pos` of a buffer the engine built or already validated.
+    #[inline]
+    pub(crate) fn decode_trusted(buf: &'a [u8], pos: usize) -> MsgRef<'a> {
+        let kind = Kind::from_byte(buf[pos]).unwrap_or(Kind::Delete);
+        let mut msn = [0u8; 8];
+        msn.copy_from_slice(&buf[pos + 1..pos + 9]);
+        let (klen, p) = get_varint_trusted(buf, pos + 9);
+        let key = &buf[p..p + klen as usize];
+        let mut p = p + klen as usize;
+        let mut upsert = UpsertId(0);
+        let payload: &[u8] = match kind {
+            Kind::Delete => &[],
+            Kind::Insert | Kind::RangeDelete => {
+                let (n, q) = get_varint_trusted(buf, p);
+                p = q + n as usize;
+                &buf[q..p]
+            }
+            Kind::Upsert => {
+                let mut id = [0u8; 4];
+                id.copy_from_slice(&buf[p..p + 4]);
+                upsert = UpsertId(u32::from_le_bytes(id));
+                let (n, q) = get_varint_trusted(buf, p + 4);
+                p = q + n as usize;
+                &buf[q..p]
+            }
+        };
+        MsgRef {
+            kind,
+            msn: Msn(u64::from_le_bytes(msn)),
+            key,
+            payload,
+            upsert,
+            len: p - pos,
+        }
+    }
+
+    /// Validates the message at the reader's position (untrusted bytes from disk or the log)
+    /// and advances past it. Returns the kind and the message's start offset.
+    pub(crate) fn validate(r: &mut Reader<'_>) -> Result<(Kind, usize)> {
+        let start = r.pos();
+        let kind_byte = r.u8()?;
+        let kind = Kind::from_byte(kind_byte)
+            .ok_or_else(|| r.err(format!("bad message kind {kind_byte}")))?;
+        r.u64()?;
+        r.len_prefixed(MAX_KEY_LEN)?;
+        match kind {
+            Kind::Delete => {}
+            Kind::Insert => {
+                r.len_prefixed(MAX_VALUE_LEN)?;
+            }
+            Kind::RangeDelete => {
+                r.len_prefixed(MAX_KEY_LEN)?;
+            }
+            Kind::Upsert => {
+                r.u32()?;
+                r.len_prefixed(MAX_VALUE_LEN)?;
+            }
+        }
+        Ok((kind, start))
+    }
+
+    /// For a range delete: whether it covers `key`.
+    #[inline]
+    pub(crate) fn covers(&self, key: &[u8]) -> bool {
+        self.kind == Kind::RangeDelete && self.key <= key && key < self.payload
+    }
+}
+
+/// Applies message `m` to the row at `key` whose current value is `old`. A point message must
+/// have `m.key == key`; a range delete removes the row if it covers `key`.
+pub(crate) fn apply(
+    m: &MsgRef<'_>,
+    key: &[u8],
+    old: Option<Vec<u8>>,
+    upserts: &UpsertRegistry,
+) -> Result<Option<Vec<u8>>> {
+    Ok(match m.kind {
+        Kind::Insert => Some(m.payload.to_vec()),
+        Kind::Delete => None,
+        Kind::Upsert => {
+            let f = upserts.get(m.upsert)?;
+            f(key, old.as_deref(), m.payload)
+        }
+        Kind::RangeDelete => {
+            if m.covers(key) {
+                None
+            } else {
+                old
+            }
+        }
+    })
+}

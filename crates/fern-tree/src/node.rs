@@ -1,0 +1,533 @@
+//! Tree nodes: their in-memory form, their block encoding, and partial loading.
+//!
+//! A node is a header (kind, height, pivots, child ids, and where each partition's frame lies in
+//! the block) plus partitions: basements for a leaf, one message buffer per child for an internal
+//! node. A reader loads the header and then only the partitions it needs (invariant N5: a point
+//! read decompresses one partition per level). A writer loads every partition before it changes a
+//! node (invariant N6), so a node that is written is always complete.
+//!
+//! Block layout (all integers little-endian; see docs/format.md "Node block"):
+//! `magic "FNOD" | version u8 | kind u8 | height u16 | header_len u32 | header_crc u32`
+//! then the header (`node id u64 | nparts u32 | per part: [child id u64 if internal]
+//! [pivot: varint len + bytes, for parts after the first] | frame offset u32 | frame len u32`)
+//! then the partition frames (codec.rs), each compressed and checksummed on its own.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::basement::Basement;
+use crate::blockfile::BlockLoc;
+use crate::buffer::MsgBuffer;
+use crate::codec::{self, Compression};
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::ids::NodeId;
+use crate::varint::{put_varint, Reader};
+use crate::MAX_KEY_LEN;
+
+const MAGIC: &[u8; 4] = b"FNOD";
+const NODE_VERSION: u8 = 1;
+/// Fixed prefix before the header.
+pub(crate) const PREFIX_LEN: usize = 16;
+/// Bytes read speculatively for a header; most headers fit.
+const HEADER_GUESS: usize = 8192;
+
+/// A partition that is loaded on first use.
+#[derive(Debug)]
+pub(crate) struct Part<T> {
+    cell: OnceLock<T>,
+    /// Where the frame lies in the node's block when it was read: (offset, len).
+    frame: Option<(u32, u32)>,
+}
+
+impl<T: Clone> Clone for Part<T> {
+    fn clone(&self) -> Self {
+        Part {
+            cell: self.cell.clone(),
+            frame: self.frame,
+        }
+    }
+}
+
+impl<T> Part<T> {
+    pub(crate) fn loaded(t: T) -> Self {
+        let cell = OnceLock::new();
+        let _ = cell.set(t);
+        Part { cell, frame: None }
+    }
+
+    pub(crate) fn get(&self) -> Option<&T> {
+        self.cell.get()
+    }
+
+    /// Mutable access for writers, which load every partition first (invariant N6).
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.cell
+            .get_mut()
+            .expect("writer touched a partition it did not load (invariant N6)")
+    }
+
+    pub(crate) fn into_inner(self) -> T {
+        self.cell
+            .into_inner()
+            .expect("writer touched a partition it did not load (invariant N6)")
+    }
+}
+
+/// The kind-specific part of a node.
+#[derive(Debug, Clone)]
+pub(crate) enum Body {
+    Leaf {
+        /// `pivots[i]` is the smallest key basement `i+1` may hold.
+        pivots: Vec<Vec<u8>>,
+        parts: Vec<Part<Basement>>,
+    },
+    Internal {
+        /// `pivots[i]` separates child `i` (keys below) from child `i+1` (keys at or above).
+        pivots: Vec<Vec<u8>>,
+        children: Vec<NodeId>,
+        bufs: Vec<Part<MsgBuffer>>,
+    },
+}
+
+/// A node as the cache holds it.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub id: NodeId,
+    /// 0 for leaves.
+    pub height: u16,
+    pub body: Body,
+    /// The block this node was read from (None for a node never written).
+    pub block: Option<BlockLoc>,
+    /// Changed since it was last written.
+    pub dirty: AtomicBool,
+    /// Memory the cache has accounted for this node.
+    pub mem: AtomicUsize,
+}
+
+impl Clone for Node {
+    fn clone(&self) -> Self {
+        Node {
+            id: self.id,
+            height: self.height,
+            body: self.body.clone(),
+            block: self.block,
+            dirty: AtomicBool::new(self.dirty.load(Ordering::Relaxed)),
+            mem: AtomicUsize::new(self.mem.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Index of the partition or child that holds `key`, given the pivots.
+#[inline]
+pub(crate) fn child_for(pivots: &[Vec<u8>], key: &[u8]) -> usize {
+    pivots.partition_point(|p| p.as_slice() <= key)
+}
+
+/// Index of the partition or child holding the greatest keys below `key`.
+#[inline]
+pub(crate) fn child_before(pivots: &[Vec<u8>], key: &[u8]) -> usize {
+    pivots.partition_point(|p| p.as_slice() < key)
+}
+
+impl Node {
+    pub(crate) fn new_leaf(id: NodeId) -> Node {
+        Node {
+            id,
+            height: 0,
+            body: Body::Leaf {
+                pivots: Vec::new(),
+                parts: vec![Part::loaded(Basement::new())],
+            },
+            block: None,
+            dirty: AtomicBool::new(true),
+            mem: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn is_leaf(&self) -> bool {
+        matches!(self.body, Body::Leaf { .. })
+    }
+
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_dirty(&self, d: bool) {
+        self.dirty.store(d, Ordering::Relaxed)
+    }
+
+    pub(crate) fn pivots(&self) -> &[Vec<u8>] {
+        match &self.body {
+            Body::Leaf { pivots, .. } | Body::Internal { pivots, .. } => pivots,
+        }
+    }
+
+    /// Memory used by what is loaded now.
+    pub(crate) fn mem_now(&self) -> usize {
+        let piv: usize = self.pivots().iter().map(|p| p.capacity() + 24).sum();
+        let parts: usize = match &self.body {
+            Body::Leaf { parts, .. } => parts
+                .iter()
+                .map(|p| p.get().map_or(0, Basement::mem) + 48)
+                .sum(),
+            Body::Internal { bufs, children, .. } => {
+                bufs.iter()
+                    .map(|p| p.get().map_or(0, MsgBuffer::mem) + 48)
+                    .sum::<usize>()
+                    + children.capacity() * 8
+            }
+        };
+        std::mem::size_of::<Node>() + piv + parts
+    }
+
+    /// Whether every partition is in memory.
+    pub(crate) fn fully_loaded(&self) -> bool {
+        match &self.body {
+            Body::Leaf { parts, .. } => parts.iter().all(|p| p.get().is_some()),
+            Body::Internal { bufs, .. } => bufs.iter().all(|p| p.get().is_some()),
+        }
+    }
+
+    /// Bytes of rows (leaf) or of buffered messages (internal).
+    pub(crate) fn payload_bytes(&self) -> usize {
+        match &self.body {
+            Body::Leaf { parts, .. } => parts
+                .iter()
+                .map(|p| p.get().map_or(0, Basement::bytes))
+                .sum(),
+            Body::Internal { bufs, .. } => bufs
+                .iter()
+                .map(|p| p.get().map_or(0, MsgBuffer::bytes))
+                .sum(),
+        }
+    }
+
+    /// Encodes the whole node as a block. Every partition must be loaded (invariant N6).
+    pub(crate) fn encode(&self, comp: Compression) -> Vec<u8> {
+        let mut header = Vec::with_capacity(256);
+        header.extend_from_slice(&self.id.0.to_le_bytes());
+        let mut frames = Vec::new();
+        let mut raw = Vec::new();
+        let mut entries: Vec<(Option<NodeId>, (usize, usize))> = Vec::new();
+        match &self.body {
+            Body::Leaf { parts, .. } => {
+                for p in parts {
+                    raw.clear();
+                    p.get()
+                        .expect("encoding a node with unloaded partitions (invariant N6)")
+                        .encode(&mut raw);
+                    let start = frames.len();
+                    codec::encode_partition(comp, &raw, &mut frames);
+                    entries.push((None, (start, frames.len() - start)));
+                }
+            }
+            Body::Internal { bufs, children, .. } => {
+                for (b, c) in bufs.iter().zip(children) {
+                    raw.clear();
+                    b.get()
+                        .expect("encoding a node with unloaded partitions (invariant N6)")
+                        .encode(&mut raw);
+                    let start = frames.len();
+                    codec::encode_partition(comp, &raw, &mut frames);
+                    entries.push((Some(*c), (start, frames.len() - start)));
+                }
+            }
+        }
+        header.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        let pivots = self.pivots();
+        // Frame offsets are relative to the block start, known once the header length is.
+        let mut body = Vec::new();
+        for (i, (child, _)) in entries.iter().enumerate() {
+            if let Some(c) = child {
+                body.extend_from_slice(&c.0.to_le_bytes());
+            }
+            if i > 0 {
+                put_varint(&mut body, pivots[i - 1].len() as u64);
+                body.extend_from_slice(&pivots[i - 1]);
+            }
+            body.extend_from_slice(&[0u8; 8]); // frame offset and length, patched below
+        }
+        let header_len = header.len() + body.len();
+        let frames_base = PREFIX_LEN + header_len;
+        // Patch the frame locations: walk again to find each placeholder.
+        let mut pos = 0usize;
+        for (i, (child, (start, len))) in entries.iter().enumerate() {
+            if child.is_some() {
+                pos += 8;
+            }
+            if i > 0 {
+                let pl = pivots[i - 1].len();
+                pos += crate::varint::varint_len(pl as u64) + pl;
+            }
+            body[pos..pos + 4].copy_from_slice(&((frames_base + start) as u32).to_le_bytes());
+            body[pos + 4..pos + 8].copy_from_slice(&(*len as u32).to_le_bytes());
+            pos += 8;
+        }
+        header.extend_from_slice(&body);
+        let mut out = Vec::with_capacity(PREFIX_LEN + header.len() + frames.len());
+        out.extend_from_slice(MAGIC);
+        out.push(NODE_VERSION);
+        out.push(u8::from(!self.is_leaf()));
+        out.extend_from_slice(&self.height.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&frames);
+        out
+    }
+
+    /// Reads a node's header from `loc`; partitions stay on disk until asked for.
+    /// With `full`, reads the whole block at once and decodes every partition.
+    pub(crate) fn read(
+        dev: &dyn BlockDevice,
+        id: NodeId,
+        loc: BlockLoc,
+        full: bool,
+    ) -> Result<Node> {
+        let what_node = || format!("node {id}");
+        let len = loc.len as usize;
+        if len < PREFIX_LEN {
+            return Err(Error::corrupt(
+                what_node(),
+                format!("block of {len} bytes is too short"),
+            ));
+        }
+        let first = if full { len } else { len.min(HEADER_GUESS) };
+        let mut block = vec![0u8; first];
+        dev.read_at(&mut block, loc.offset)
+            .map_err(|e| Error::io(format!("reading node {id}"), e))?;
+        let p = &block[..PREFIX_LEN];
+        if &p[0..4] != MAGIC {
+            return Err(Error::corrupt(what_node(), "bad magic"));
+        }
+        if p[4] != NODE_VERSION {
+            return Err(Error::corrupt(
+                what_node(),
+                format!("unknown node version {}", p[4]),
+            ));
+        }
+        let internal = match p[5] {
+            0 => false,
+            1 => true,
+            k => return Err(Error::corrupt(what_node(), format!("bad node kind {k}"))),
+        };
+        let height = u16::from_le_bytes([p[6], p[7]]);
+        let header_len = u32::from_le_bytes([p[8], p[9], p[10], p[11]]) as usize;
+        let header_crc = u32::from_le_bytes([p[12], p[13], p[14], p[15]]);
+        if PREFIX_LEN + header_len > len {
+            return Err(Error::corrupt(what_node(), "header longer than the block"));
+        }
+        if PREFIX_LEN + header_len > block.len() {
+            let mut rest = vec![0u8; PREFIX_LEN + header_len - block.len()];
+            dev.read_at(&mut rest, loc.offset + block.len() as u64)
+                .map_err(|e| Error::io(format!("reading node {id}"), e))?;
+            block.extend_from_slice(&rest);
+        }
+        let header = &block[PREFIX_LEN..PREFIX_LEN + header_len];
+        let actual = crc32c::crc32c(header);
+        if actual != header_crc {
+            return Err(Error::Checksum {
+                what: format!("node {id} header"),
+                expected: header_crc,
+                actual,
+            });
+        }
+        if internal != (height > 0) {
+            return Err(Error::corrupt(what_node(), "height does not match kind"));
+        }
+        let mut r = Reader::new(header, &what_node);
+        let stored_id = r.u64()?;
+        if stored_id != id.0 {
+            return Err(Error::corrupt(
+                what_node(),
+                format!("block holds node {stored_id} (translation table points at a wrong block)"),
+            ));
+        }
+        let nparts = r.u32()? as usize;
+        if nparts == 0 || nparts > header_len {
+            return Err(r.err(format!("bad partition count {nparts}")));
+        }
+        let mut pivots = Vec::with_capacity(nparts - 1);
+        let mut children = Vec::new();
+        let mut frames = Vec::with_capacity(nparts);
+        for i in 0..nparts {
+            if internal {
+                children.push(NodeId(r.u64()?));
+            }
+            if i > 0 {
+                let pv = r.len_prefixed(MAX_KEY_LEN)?.to_vec();
+                if pivots.last().is_some_and(|l: &Vec<u8>| *l >= pv) {
+                    return Err(r.err("pivots out of order (invariant N1)"));
+                }
+                pivots.push(pv);
+            }
+            let off = r.u32()?;
+            let flen = r.u32()?;
+            if (off as usize) < PREFIX_LEN + header_len || off as u64 + flen as u64 > loc.len as u64
+            {
+                return Err(r.err(format!(
+                    "partition {i} frame {off}+{flen} outside the block"
+                )));
+            }
+            frames.push((off, flen));
+        }
+        let mut node = Node {
+            id,
+            height,
+            body: if internal {
+                Body::Internal {
+                    pivots,
+                    children,
+                    bufs: frames
+                        .iter()
+                        .map(|&f| Part {
+                            cell: OnceLock::new(),
+                            frame: Some(f),
+                        })
+                        .collect(),
+                }
+            } else {
+                Body::Leaf {
+                    pivots,
+                    parts: frames
+                        .iter()
+                        .map(|&f| Part {
+                            cell: OnceLock::new(),
+                            frame: Some(f),
+                        })
+                        .collect(),
+                }
+            },
+            block: Some(loc),
+            dirty: AtomicBool::new(false),
+            mem: AtomicUsize::new(0),
+        };
+        if full {
+            node.load_all_from(&block)?;
+        }
+        Ok(node)
+    }
+
+    fn load_all_from(&mut self, block: &[u8]) -> Result<()> {
+        let id = self.id;
+        match &mut self.body {
+            Body::Leaf { parts, .. } => {
+                for (i, p) in parts.iter_mut().enumerate() {
+                    if p.get().is_none() {
+                        let (off, len) = p.frame.unwrap_or((0, 0));
+                        let frame = &block[off as usize..(off + len) as usize];
+                        let b = decode_basement(id, i, frame)?;
+                        let _ = p.cell.set(b);
+                    }
+                }
+            }
+            Body::Internal { bufs, .. } => {
+                for (i, p) in bufs.iter_mut().enumerate() {
+                    if p.get().is_none() {
+                        let (off, len) = p.frame.unwrap_or((0, 0));
+                        let frame = &block[off as usize..(off + len) as usize];
+                        let b = decode_buffer(id, i, frame)?;
+                        let _ = p.cell.set(b);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads every partition (for a writer). Returns the memory added.
+    pub(crate) fn load_all(&mut self, dev: &dyn BlockDevice) -> Result<()> {
+        if self.fully_loaded() {
+            return Ok(());
+        }
+        let loc = self.block.ok_or_else(|| {
+            Error::corrupt(
+                format!("node {}", self.id),
+                "unloaded partitions but no block",
+            )
+        })?;
+        let mut block = vec![0u8; loc.len as usize];
+        dev.read_at(&mut block, loc.offset)
+            .map_err(|e| Error::io(format!("reading node {}", self.id), e))?;
+        self.load_all_from(&block)
+    }
+
+    /// The basement `i` of a leaf, loading it if needed. Returns it and the bytes of memory the
+    /// load added (0 if it was already loaded, or another thread won the race).
+    pub(crate) fn basement(&self, dev: &dyn BlockDevice, i: usize) -> Result<(&Basement, usize)> {
+        let Body::Leaf { parts, .. } = &self.body else {
+            return Err(Error::corrupt(
+                format!("node {}", self.id),
+                "expected a leaf",
+            ));
+        };
+        load_part(
+            dev,
+            self,
+            &parts[i],
+            |frame| decode_basement(self.id, i, frame),
+            Basement::mem,
+        )
+    }
+
+    /// The message buffer for child `i` of an internal node, loading it if needed.
+    pub(crate) fn buffer(&self, dev: &dyn BlockDevice, i: usize) -> Result<(&MsgBuffer, usize)> {
+        let Body::Internal { bufs, .. } = &self.body else {
+            return Err(Error::corrupt(
+                format!("node {}", self.id),
+                "expected an internal node",
+            ));
+        };
+        load_part(
+            dev,
+            self,
+            &bufs[i],
+            |frame| decode_buffer(self.id, i, frame),
+            MsgBuffer::mem,
+        )
+    }
+}
+
+fn load_part<'a, T>(
+    dev: &dyn BlockDevice,
+    node: &Node,
+    part: &'a Part<T>,
+    decode: impl FnOnce(&[u8]) -> Result<T>,
+    mem: impl Fn(&T) -> usize,
+) -> Result<(&'a T, usize)> {
+    if let Some(t) = part.get() {
+        return Ok((t, 0));
+    }
+    let (Some(loc), Some((off, len))) = (node.block, part.frame) else {
+        return Err(Error::corrupt(
+            format!("node {}", node.id),
+            "partition has no frame",
+        ));
+    };
+    let mut frame = vec![0u8; len as usize];
+    dev.read_at(&mut frame, loc.offset + off as u64)
+        .map_err(|e| Error::io(format!("reading node {}", node.id), e))?;
+    let value = decode(&frame)?;
+    let added = mem(&value);
+    let won = part.cell.set(value).is_ok();
+    let t = part
+        .get()
+        .ok_or_else(|| Error::corrupt("cache", "partition vanished"))?;
+    Ok((t, if won { added } else { 0 }))
+}
+
+fn decode_basement(id: NodeId, i: usize, frame: &[u8]) -> Result<Basement> {
+    let what = || format!("node {id} partition {i}");
+    let raw = codec::decode_partition(frame, &what)?;
+    Basement::decode(&raw, &what)
+}
+
+fn decode_buffer(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {
+    let what = || format!("node {id} buffer {i}");
+    let raw = codec::decode_partition(frame, &what)?;
+    MsgBuffer::decode(&raw, &what)
+}
+
+/// A node shared between the cache and readers.
+pub(crate) type SharedNode = Arc<Node>;

@@ -1,0 +1,648 @@
+//! The Bε-tree algorithms: injecting messages, flushing buffers, splitting and shrinking nodes
+//! (writers), and point and leaf-range queries that apply pending messages (readers).
+//!
+//! Writers run under the environment's write lock and own the nodes they change (taken out of
+//! the cache, fully loaded — invariant N6). Readers run under the read lock and share nodes.
+//! Never: does I/O other than through the context, or decides durability.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::basement::Basement;
+use crate::blockfile::BlockFile;
+use crate::buffer::MsgBuffer;
+use crate::cache::Cache;
+use crate::codec::Compression;
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::ids::NodeId;
+use crate::msg::{self, Kind, MsgRef, UpsertRegistry};
+use crate::node::{child_before, child_for, Body, Node, Part, SharedNode};
+
+/// Shape parameters of trees, fixed for an open environment.
+#[derive(Clone, Debug)]
+pub(crate) struct Shape {
+    pub node_bytes: usize,
+    pub basement_bytes: usize,
+    pub fanout: usize,
+    pub compression: Compression,
+}
+
+/// Everything the algorithms need from the environment.
+pub(crate) struct Ctx<'a> {
+    pub cache: &'a Cache,
+    pub bf: &'a Mutex<BlockFile>,
+    pub dev: &'a Arc<dyn BlockDevice>,
+    pub shape: &'a Shape,
+    pub upserts: &'a UpsertRegistry,
+}
+
+impl Ctx<'_> {
+    /// A node for reading: from the cache, or its header from disk.
+    pub(crate) fn fetch(&self, id: NodeId) -> Result<SharedNode> {
+        if let Some(n) = self.cache.get(id) {
+            return Ok(n);
+        }
+        let loc = self.bf.lock().loc(id).ok_or(Error::MissingNode(id))?;
+        let node = Node::read(self.dev.as_ref(), id, loc, false)?;
+        Ok(self.cache.insert(node))
+    }
+
+    /// A node for changing: out of the cache, every partition loaded.
+    pub(crate) fn take(&self, id: NodeId) -> Result<Node> {
+        let mut node = match self.cache.take(id) {
+            Some(n) => n,
+            None => {
+                let loc = self.bf.lock().loc(id).ok_or(Error::MissingNode(id))?;
+                Node::read(self.dev.as_ref(), id, loc, true)?
+            }
+        };
+        node.load_all(self.dev.as_ref())?;
+        Ok(node)
+    }
+
+    /// Puts a changed node back, dirty.
+    pub(crate) fn put(&self, node: Node) {
+        node.set_dirty(true);
+        self.cache.put(node);
+    }
+
+    pub(crate) fn new_id(&self) -> NodeId {
+        self.bf.lock().alloc_node_id()
+    }
+
+    /// A node that left the tree: its id and block are released at the next checkpoint.
+    pub(crate) fn free(&self, id: NodeId) {
+        self.cache.remove(id);
+        self.bf.lock().free_node(id);
+    }
+
+    /// Writes a node to a fresh block (copy-on-write); it stays cached, now clean.
+    pub(crate) fn write_node(&self, node: &Node) -> Result<()> {
+        let bytes = node.encode(self.shape.compression);
+        let loc = self.bf.lock().reserve(node.id, bytes.len() as u32)?;
+        self.dev
+            .write_at(&bytes, loc.offset)
+            .map_err(|e| Error::io(format!("writing node {}", node.id), e))
+    }
+
+    fn basement<'n>(&self, node: &'n Node, i: usize) -> Result<&'n Basement> {
+        let (b, added) = node.basement(self.dev.as_ref(), i)?;
+        self.cache.grew(node, added);
+        Ok(b)
+    }
+
+    fn buffer<'n>(&self, node: &'n Node, i: usize) -> Result<&'n MsgBuffer> {
+        let (b, added) = node.buffer(self.dev.as_ref(), i)?;
+        self.cache.grew(node, added);
+        Ok(b)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writers
+
+/// Applies `msgs` (one tree's messages of a batch, in MSN order) to the tree at `root`.
+/// Returns the root's id afterwards (it changes when the root splits or collapses).
+pub(crate) fn write(ctx: &Ctx<'_>, root: NodeId, msgs: &MsgBuffer) -> Result<NodeId> {
+    let mut node = ctx.take(root)?;
+    push_down(ctx, &mut node, msgs)?;
+    if !node.is_leaf() {
+        flush_if_needed(ctx, &mut node)?;
+    }
+    let mut pieces = split_if_needed(ctx, node);
+    if pieces.len() > 1 {
+        // The root split: a new root above the pieces (the tree grows at the top).
+        let height = pieces[0].1.height + 1;
+        let mut pivots = Vec::new();
+        let mut children = Vec::new();
+        let mut bufs = Vec::new();
+        for (pivot, n) in pieces {
+            if let Some(p) = pivot {
+                pivots.push(p);
+            }
+            children.push(n.id);
+            bufs.push(Part::loaded(MsgBuffer::new()));
+            ctx.put(n);
+        }
+        let root = Node {
+            id: ctx.new_id(),
+            height,
+            body: Body::Internal {
+                pivots,
+                children,
+                bufs,
+            },
+            block: None,
+            dirty: Default::default(),
+            mem: Default::default(),
+        };
+        let id = root.id;
+        ctx.put(root);
+        return Ok(id);
+    }
+    let (_, mut node) = pieces
+        .pop()
+        .ok_or_else(|| Error::corrupt("tree", "split lost the root"))?;
+    // Collapse a root that has one child and nothing buffered for it (the tree shrinks at the top).
+    loop {
+        let only_child = match &mut node.body {
+            Body::Internal { children, bufs, .. }
+                if children.len() == 1 && bufs[0].get().is_some_and(MsgBuffer::is_empty) =>
+            {
+                children[0]
+            }
+            _ => break,
+        };
+        ctx.free(node.id);
+        node = ctx.take(only_child)?;
+    }
+    let id = node.id;
+    ctx.put(node);
+    Ok(id)
+}
+
+/// Key range `[lo, hi)` of child/partition `i` given pivots (None = unbounded).
+fn range_of(pivots: &[Vec<u8>], i: usize) -> (Option<&[u8]>, Option<&[u8]>) {
+    let lo = if i == 0 {
+        None
+    } else {
+        Some(pivots[i - 1].as_slice())
+    };
+    let hi = pivots.get(i).map(Vec::as_slice);
+    (lo, hi)
+}
+
+/// Whether range delete `[rlo, rhi)` intersects `[lo, hi)`.
+fn intersects(rlo: &[u8], rhi: &[u8], lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+    rlo < rhi && hi.is_none_or(|h| rlo < h) && lo.is_none_or(|l| rhi > l)
+}
+
+/// Whether range delete `[rlo, rhi)` covers all of `[lo, hi)`.
+fn covers_all(rlo: &[u8], rhi: &[u8], lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+    let lo_ok = match lo {
+        Some(l) => rlo <= l,
+        None => rlo.is_empty(),
+    };
+    lo_ok && hi.is_some_and(|h| h <= rhi)
+}
+
+/// Moves messages into a node: applied to a leaf's basements, or queued in an internal node's
+/// child buffers.
+fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
+    if msgs.is_empty() {
+        return Ok(());
+    }
+    match &mut node.body {
+        Body::Leaf { pivots, parts } => {
+            let mut points = Vec::new();
+            let ranges: Vec<MsgRef<'_>> = msgs.ranges().collect();
+            for (i, part) in parts.iter_mut().enumerate() {
+                let (lo, hi) = range_of(pivots, i);
+                points.clear();
+                msgs.points_in(lo.unwrap_or(&[]), hi, &mut points);
+                let rs: Vec<MsgRef<'_>> = ranges
+                    .iter()
+                    .filter(|r| intersects(r.key, r.payload, lo, hi))
+                    .copied()
+                    .collect();
+                if !points.is_empty() || !rs.is_empty() {
+                    part.get_mut().apply(&points, &rs, ctx.upserts)?;
+                }
+            }
+            normalize_basements(pivots, parts, ctx.shape.basement_bytes);
+        }
+        Body::Internal {
+            pivots,
+            children,
+            bufs,
+        } => {
+            for (m, raw) in msgs.in_msn_order() {
+                if m.kind != Kind::RangeDelete {
+                    bufs[child_for(pivots, m.key)].get_mut().push_raw(raw);
+                    continue;
+                }
+                for i in 0..children.len() {
+                    let (lo, hi) = range_of(pivots, i);
+                    if !intersects(m.key, m.payload, lo, hi) {
+                        continue;
+                    }
+                    if covers_all(m.key, m.payload, lo, hi) {
+                        // Everything below child i is older than this message and deleted by
+                        // it: drop the subtree instead of carrying the delete down.
+                        let old = children[i];
+                        let fresh = Node::new_leaf(ctx.new_id());
+                        children[i] = fresh.id;
+                        ctx.put(fresh);
+                        *bufs[i].get_mut() = MsgBuffer::new();
+                        drop_subtree(ctx, old)?;
+                    } else {
+                        bufs[i].get_mut().push_raw(raw);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Frees every node of a subtree, reading only internal nodes' headers.
+fn drop_subtree(ctx: &Ctx<'_>, id: NodeId) -> Result<()> {
+    let mut stack = vec![id];
+    while let Some(id) = stack.pop() {
+        let node = ctx.fetch(id)?;
+        if let Body::Internal { children, .. } = &node.body {
+            stack.extend(children.iter().copied());
+        }
+        drop(node);
+        ctx.free(id);
+    }
+    Ok(())
+}
+
+/// Splits basements over the size limit and removes empty ones (a leaf keeps at least one).
+fn normalize_basements(pivots: &mut Vec<Vec<u8>>, parts: &mut Vec<Part<Basement>>, limit: usize) {
+    let mut new_parts: Vec<Part<Basement>> = Vec::with_capacity(parts.len());
+    let mut new_pivots: Vec<Vec<u8>> = Vec::with_capacity(pivots.len());
+    for (i, part) in std::mem::take(parts).into_iter().enumerate() {
+        let mut b = part.into_inner();
+        // The lower bound of this basement, if it is not the leaf's first.
+        let mut lower = if i == 0 {
+            None
+        } else {
+            Some(pivots[i - 1].clone())
+        };
+        if b.is_empty() {
+            continue; // its range is absorbed by the previous basement (or the next, if first)
+        }
+        loop {
+            let right = if b.bytes() > limit && b.len() > 1 {
+                let at = b.middle();
+                Some(b.split_off(at))
+            } else {
+                None
+            };
+            if !new_parts.is_empty() {
+                new_pivots.push(lower.take().unwrap_or_else(|| b.key(0).to_vec()));
+            }
+            let next_lower = right.as_ref().map(|r| r.key(0).to_vec());
+            new_parts.push(Part::loaded(b));
+            match right {
+                Some(r) => {
+                    b = r;
+                    lower = next_lower;
+                }
+                None => break,
+            }
+        }
+    }
+    if new_parts.is_empty() {
+        new_parts.push(Part::loaded(Basement::new()));
+        new_pivots.clear();
+    }
+    *parts = new_parts;
+    *pivots = new_pivots;
+}
+
+/// Flushes the fullest child buffer until the node's buffered bytes fit the node size.
+fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+    while node.payload_bytes() > ctx.shape.node_bytes {
+        let Body::Internal { bufs, .. } = &mut node.body else {
+            return Ok(());
+        };
+        let (i, _) = bufs
+            .iter_mut()
+            .map(|b| b.get_mut().bytes())
+            .enumerate()
+            .max_by_key(|&(_, b)| b)
+            .unwrap_or((0, 0));
+        flush_child(ctx, node, i)?;
+    }
+    Ok(())
+}
+
+/// Moves child `i`'s whole buffer into the child (invariant N4: a flush moves every message
+/// for the child, so messages above are always newer than messages below), then fixes the
+/// child's shape.
+fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
+    let Body::Internal {
+        pivots,
+        children,
+        bufs,
+    } = &mut node.body
+    else {
+        return Ok(());
+    };
+    let msgs = std::mem::take(bufs[i].get_mut());
+    let mut child = ctx.take(children[i])?;
+    push_down(ctx, &mut child, &msgs)?;
+    drop(msgs);
+    if !child.is_leaf() {
+        flush_if_needed(ctx, &mut child)?;
+    }
+    let pieces = split_if_needed(ctx, child);
+    // Replace child i by the pieces; new siblings start with empty buffers.
+    let mut empties = Vec::new();
+    for (k, (pivot, piece)) in pieces.into_iter().enumerate() {
+        let at = i + k;
+        if k > 0 {
+            pivots.insert(at - 1, pivot.unwrap_or_default());
+            children.insert(at, piece.id);
+            bufs.insert(at, Part::loaded(MsgBuffer::new()));
+        }
+        if is_empty_leaf(&piece) {
+            empties.push(at);
+        }
+        ctx.put(piece);
+    }
+    // An empty leaf with nothing pending leaves the tree; a neighbour takes its key range.
+    for at in empties.into_iter().rev() {
+        if children.len() > 1 && bufs[at].get_mut().is_empty() {
+            ctx.free(children[at]);
+            children.remove(at);
+            bufs.remove(at);
+            pivots.remove(at.saturating_sub(1));
+        }
+    }
+    node.set_dirty(true);
+    Ok(())
+}
+
+fn is_empty_leaf(node: &Node) -> bool {
+    matches!(&node.body, Body::Leaf { parts, .. }
+        if parts.len() == 1 && parts[0].get().is_some_and(Basement::is_empty))
+}
+
+/// Splits a node that is over its size (leaf) or fanout (internal) into pieces.
+/// Returns (lower pivot, node) pairs; the first piece keeps the original id.
+fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>, Node)> {
+    let shape = ctx.shape;
+    let Node {
+        id,
+        height,
+        body,
+        block,
+        dirty,
+        mem,
+    } = node;
+    match body {
+        Body::Leaf { pivots, parts } => {
+            let sizes: Vec<usize> = parts
+                .iter()
+                .map(|p| p.get().map_or(0, Basement::bytes))
+                .collect();
+            let total: usize = sizes.iter().sum();
+            if total <= shape.node_bytes || parts.len() < 2 {
+                let body = Body::Leaf { pivots, parts };
+                return vec![(
+                    None,
+                    Node {
+                        id,
+                        height,
+                        body,
+                        block,
+                        dirty,
+                        mem,
+                    },
+                )];
+            }
+            let k = total
+                .div_ceil(shape.node_bytes * 3 / 4)
+                .clamp(2, parts.len());
+            let groups = group_by_size(&sizes, k);
+            let mut out = Vec::new();
+            let mut parts = parts.into_iter();
+            let mut first = true;
+            for (start, end) in groups {
+                let ps: Vec<Part<Basement>> = parts.by_ref().take(end - start).collect();
+                let pv: Vec<Vec<u8>> = pivots[start..end - 1].to_vec();
+                let lower = if start == 0 {
+                    None
+                } else {
+                    Some(pivots[start - 1].clone())
+                };
+                let nid = if first { id } else { ctx.new_id() };
+                first = false;
+                out.push((
+                    lower,
+                    Node {
+                        id: nid,
+                        height: 0,
+                        body: Body::Leaf {
+                            pivots: pv,
+                            parts: ps,
+                        },
+                        block: None,
+                        dirty: Default::default(),
+                        mem: Default::default(),
+                    },
+                ));
+            }
+            out
+        }
+        Body::Internal {
+            pivots,
+            children,
+            bufs,
+        } => {
+            if children.len() <= shape.fanout {
+                let body = Body::Internal {
+                    pivots,
+                    children,
+                    bufs,
+                };
+                return vec![(
+                    None,
+                    Node {
+                        id,
+                        height,
+                        body,
+                        block,
+                        dirty,
+                        mem,
+                    },
+                )];
+            }
+            let n = children.len();
+            let k = n.div_ceil(shape.fanout).max(2);
+            let mut out = Vec::new();
+            let mut bufs = bufs.into_iter();
+            for g in 0..k {
+                let (start, end) = (g * n / k, (g + 1) * n / k);
+                let lower = if start == 0 {
+                    None
+                } else {
+                    Some(pivots[start - 1].clone())
+                };
+                let nid = if g == 0 { id } else { ctx.new_id() };
+                out.push((
+                    lower,
+                    Node {
+                        id: nid,
+                        height,
+                        body: Body::Internal {
+                            pivots: pivots[start..end - 1].to_vec(),
+                            children: children[start..end].to_vec(),
+                            bufs: bufs.by_ref().take(end - start).collect(),
+                        },
+                        block: None,
+                        dirty: Default::default(),
+                        mem: Default::default(),
+                    },
+                ));
+            }
+            out
+        }
+    }
+}
+
+/// Splits `sizes` into `k` contiguous, non-empty groups of about equal total size.
+fn group_by_size(sizes: &[usize], k: usize) -> Vec<(usize, usize)> {
+    let total: usize = sizes.iter().sum();
+    let mut out = Vec::with_capacity(k);
+    let mut start = 0;
+    let mut acc = 0;
+    for (i, s) in sizes.iter().enumerate() {
+        acc += s;
+        let groups_left = k - out.len();
+        let items_left = sizes.len() - (i + 1);
+        let want = total * (out.len() + 1) / k;
+        if groups_left > 1
+            && (acc >= want || items_left < groups_left)
+            && items_left >= groups_left - 1
+        {
+            out.push((start, i + 1));
+            start = i + 1;
+        }
+    }
+    out.push((start, sizes.len()));
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers
+
+/// Point lookup: the leaf's row with every pending message on the path applied, oldest first.
+pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut path: Vec<(SharedNode, usize)> = Vec::new();
+    let mut id = root;
+    let leaf = loop {
+        let n = ctx.fetch(id)?;
+        match &n.body {
+            Body::Leaf { .. } => break n,
+            Body::Internal {
+                pivots, children, ..
+            } => {
+                let i = child_for(pivots, key);
+                id = children[i];
+                path.push((n.clone(), i));
+            }
+        }
+    };
+    let b = ctx.basement(&leaf, child_for(leaf.pivots(), key))?;
+    let floor = b.max_msn;
+    let mut value = b.get(key).map(<[u8]>::to_vec);
+    let mut points = Vec::new();
+    for (n, i) in path.iter().rev() {
+        let buf = ctx.buffer(n, *i)?;
+        points.clear();
+        buf.for_key(key, &mut points);
+        let mut ranges = buf.ranges().filter(|r| r.covers(key)).peekable();
+        for m in points.iter().filter(|m| m.msn > floor) {
+            while let Some(r) = ranges.next_if(|r| r.msn < m.msn) {
+                if r.msn > floor {
+                    value = None;
+                }
+            }
+            value = msg::apply(m, key, value, ctx.upserts)?;
+        }
+        if ranges.any(|r| r.msn > floor) {
+            value = None;
+        }
+    }
+    Ok(value)
+}
+
+/// Which leaf a range query wants.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Seek<'k> {
+    /// The leaf holding `key` (the first leaf for the empty key).
+    AtOrAfter(&'k [u8]),
+    /// The leaf holding the greatest keys below `key`.
+    Before(&'k [u8]),
+    /// The last leaf.
+    Last,
+}
+
+/// A leaf's rows with every pending message applied, and the leaf's key range.
+pub(crate) struct LeafRows {
+    pub rows: Vec<Basement>,
+    /// Inclusive lower bound of the leaf's range (None: unbounded).
+    pub lo: Option<Vec<u8>>,
+    /// Exclusive upper bound (None: unbounded).
+    pub hi: Option<Vec<u8>>,
+}
+
+/// Materializes one leaf for a scan or cursor.
+pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<LeafRows> {
+    let mut path: Vec<(SharedNode, usize)> = Vec::new();
+    let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+    let mut id = root;
+    let leaf = loop {
+        let n = ctx.fetch(id)?;
+        let Body::Internal {
+            pivots, children, ..
+        } = &n.body
+        else {
+            break n;
+        };
+        let i = match seek {
+            Seek::AtOrAfter(k) => child_for(pivots, k),
+            Seek::Before(k) => child_before(pivots, k),
+            Seek::Last => children.len() - 1,
+        };
+        let (clo, chi) = range_of(pivots, i);
+        if let Some(l) = clo {
+            lo = Some(l.to_vec());
+        }
+        if let Some(h) = chi {
+            hi = Some(h.to_vec());
+        }
+        id = children[i];
+        path.push((n.clone(), i));
+    };
+    // Pending messages for the leaf's range, from every ancestor, in (key, MSN) order.
+    let mut points: Vec<MsgRef<'_>> = Vec::new();
+    let mut ranges: Vec<MsgRef<'_>> = Vec::new();
+    for (n, i) in &path {
+        let buf = ctx.buffer(n, *i)?;
+        buf.points_in(lo.as_deref().unwrap_or(&[]), hi.as_deref(), &mut points);
+        ranges.extend(buf.ranges());
+    }
+    points.sort_by(|a, b| (a.key, a.msn).cmp(&(b.key, b.msn)));
+    ranges.sort_by_key(|r| r.msn);
+    let pivots = leaf.pivots();
+    let nparts = pivots.len() + 1;
+    let mut rows = Vec::with_capacity(nparts);
+    let mut scratch = Vec::new();
+    for j in 0..nparts {
+        let (blo, bhi) = range_of(pivots, j);
+        let b = ctx.basement(&leaf, j)?;
+        let start = blo.map_or(0, |l| points.partition_point(|m| m.key < l));
+        let end = bhi.map_or(points.len(), |h| points.partition_point(|m| m.key < h));
+        scratch.clear();
+        scratch.extend(
+            ranges
+                .iter()
+                .filter(|r| intersects(r.key, r.payload, blo, bhi))
+                .copied(),
+        );
+        let mut b = b.clone();
+        if start < end || !scratch.is_empty() {
+            b.apply(&points[start..end], &scratch, ctx.upserts)?;
+        }
+        rows.push(b);
+    }
+    Ok(LeafRows { rows, lo, hi })
+}
