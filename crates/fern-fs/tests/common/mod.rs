@@ -1,0 +1,139 @@
+//! Shared test fixtures: a file system on the memory backend, and a store wrapper that counts
+//! reads so tests can assert "no read before write".
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use fern_fs::path::PathFs;
+use fern_fs::{Cred, Fs, MkfsOptions};
+use fern_kv::mem::MemStore;
+use fern_kv::{
+    Direction, KeyRange, KvRead, KvResult, KvStore, KvTxn, Limits, TreeId, WriteBatch, WriteOptions,
+};
+
+pub struct Env {
+    pub store: Arc<CountingStore>,
+    pub fs: Arc<Fs>,
+    pub p: PathFs,
+}
+
+pub fn env() -> Env {
+    env_with(MkfsOptions::default())
+}
+
+pub fn env_with(opts: MkfsOptions) -> Env {
+    let store = Arc::new(CountingStore::new(MemStore::new(fern_fs::registry())));
+    Fs::mkfs(&*store, opts).expect("mkfs");
+    let fs = Arc::new(Fs::mount(store.clone()).expect("mount"));
+    let p = PathFs::new(fs.clone(), Cred::root());
+    Env { store, fs, p }
+}
+
+impl Env {
+    /// Drops this mount (open handles are abandoned, as at a crash) and mounts again.
+    pub fn remount(self) -> Env {
+        let store = self.store.clone();
+        drop(self);
+        let fs = Arc::new(Fs::mount(store.clone()).expect("remount"));
+        let p = PathFs::new(fs.clone(), Cred::root());
+        Env { store, fs, p }
+    }
+
+    /// Number of keys in a tree.
+    pub fn keys_in(&self, tree: &str) -> usize {
+        let t = self.store.tree(tree).expect("tree");
+        self.store
+            .inner
+            .scan(t, &KeyRange::all(), Direction::Forward, usize::MAX)
+            .expect("scan")
+            .len()
+    }
+}
+
+/// Delegates to a MemStore, counting reads (store-level and inside transactions).
+pub struct CountingStore {
+    pub inner: MemStore,
+    pub reads: AtomicUsize,
+}
+
+impl CountingStore {
+    pub fn new(inner: MemStore) -> Self {
+        Self {
+            inner,
+            reads: AtomicUsize::new(0),
+        }
+    }
+    pub fn reads(&self) -> usize {
+        self.reads.load(Ordering::SeqCst)
+    }
+}
+
+impl KvRead for CountingStore {
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(tree, key)
+    }
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.scan(tree, range, dir, limit)
+    }
+}
+
+impl KvStore for CountingStore {
+    fn tree(&self, name: &str) -> KvResult<TreeId> {
+        self.inner.tree(name)
+    }
+    fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
+        self.inner.write(batch, opts)
+    }
+    fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
+        Ok(Box::new(CountingTxn {
+            inner: self.inner.begin()?,
+            reads: &self.reads,
+        }))
+    }
+    fn sync(&self) -> KvResult<()> {
+        self.inner.sync()
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+}
+
+struct CountingTxn<'a> {
+    inner: Box<dyn KvTxn + 'a>,
+    reads: &'a AtomicUsize,
+}
+
+impl KvRead for CountingTxn<'_> {
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(tree, key)
+    }
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.scan(tree, range, dir, limit)
+    }
+}
+
+impl KvTxn for CountingTxn<'_> {
+    fn batch(&mut self) -> &mut WriteBatch {
+        self.inner.batch()
+    }
+    fn commit(self: Box<Self>, opts: WriteOptions) -> KvResult<()> {
+        self.inner.commit(opts)
+    }
+}
