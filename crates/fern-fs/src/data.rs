@@ -261,7 +261,7 @@ impl Fs {
                 schema::block_key(ino, end_full),
             );
         }
-        if start % bs != 0 {
+        if !start.is_multiple_of(bs) {
             let block_end = (start / bs + 1) * bs;
             let zero = Op2 {
                 off: (start % bs) as u32,
@@ -274,7 +274,7 @@ impl Fs {
                 zero.encode(),
             );
         }
-        if end % bs != 0 && (start % bs == 0 || end / bs != start / bs) {
+        if !end.is_multiple_of(bs) && (start.is_multiple_of(bs) || end / bs != start / bs) {
             let zero = Op2 {
                 off: 0,
                 len: (end % bs) as u32,

@@ -163,6 +163,11 @@ impl PathFs {
         };
         let parent_path = init.join(&b'/');
         let parent = self.walk(pins, &parent_path, true)?;
+        // Like the kernel's parent walk: a non-directory parent fails here, before anything
+        // about the last component (or a second path) is looked at.
+        if self.fs.loc(parent)?.1 != FileType::Directory {
+            return Err(FsError::NotDir);
+        }
         Ok((parent, last.clone()))
     }
 
