@@ -51,7 +51,7 @@ fn round_up(len: u64) -> u64 {
 impl Allocator {
     /// An allocator with nothing allocated; space below `start` is never handed out.
     pub fn new(start: u64) -> Self {
-        debug_assert!(start % ALIGN == 0, "start {start} not aligned");
+        debug_assert!(start.is_multiple_of(ALIGN), "start {start} not aligned");
         Allocator {
             start,
             end: start,
@@ -89,7 +89,10 @@ impl Allocator {
     /// space, coalescing with neighbouring holes and lowering `end` if it was the last extent.
     pub fn free(&mut self, offset: u64, len: u64) {
         let len = round_up(len.max(1));
-        debug_assert!(offset % ALIGN == 0, "free of unaligned offset {offset}");
+        debug_assert!(
+            offset.is_multiple_of(ALIGN),
+            "free of unaligned offset {offset}"
+        );
         debug_assert!(
             offset >= self.start && offset + len <= self.end,
             "free of [{offset}, +{len}) outside [{}, {})",
@@ -126,7 +129,7 @@ impl Allocator {
     /// (callers validate on-disk extents first); any order of calls is fine.
     pub fn mark_used(&mut self, offset: u64, len: u64) {
         let len = round_up(len.max(1));
-        debug_assert!(offset % ALIGN == 0 && offset >= self.start);
+        debug_assert!(offset.is_multiple_of(ALIGN) && offset >= self.start);
         if offset >= self.end {
             if offset > self.end {
                 self.insert(self.end, offset - self.end);

@@ -273,6 +273,12 @@ fn decode_header(slot: usize, b: &[u8]) -> SlotState {
     })
 }
 
+/// Where an extent may start (B1): aligned, after the header slots, and low enough that adding
+/// a length cannot overflow.
+fn valid_offset(off: u64) -> bool {
+    off.is_multiple_of(ALIGN) && (DATA_START..1 << 62).contains(&off)
+}
+
 fn encode_btt(cur: &[Slot]) -> Vec<u8> {
     // Trailing free ids carry no information; dropping them keeps the table small after shrinks.
     let used = cur
@@ -293,7 +299,7 @@ fn encode_btt(cur: &[Slot]) -> Vec<u8> {
 }
 
 fn decode_btt(b: &[u8], what: &str) -> Result<Vec<Slot>> {
-    if b.len() % BTT_ENTRY_LEN != 0 {
+    if !b.len().is_multiple_of(BTT_ENTRY_LEN) {
         return Err(Error::corrupt(
             what,
             format!("length {} not a multiple of {BTT_ENTRY_LEN}", b.len()),
@@ -306,9 +312,7 @@ fn decode_btt(b: &[u8], what: &str) -> Result<Vec<Slot>> {
             match (off, len) {
                 (FREE_OFFSET, 0) => Ok(Slot::Free),
                 (0, 0) => Ok(Slot::Reserved),
-                (off, len) if off % ALIGN == 0 && off >= DATA_START && off < FREE_OFFSET / 2 => {
-                    Ok(Slot::At(BlockLoc { offset: off, len }))
-                }
+                (off, len) if valid_offset(off) => Ok(Slot::At(BlockLoc { offset: off, len })),
                 _ => Err(Error::corrupt(
                     what,
                     format!("entry for node {i} has invalid extent ({off}, {len})"),
@@ -323,7 +327,7 @@ fn decode_btt(b: &[u8], what: &str) -> Result<Vec<Slot>> {
 fn validate_extents(exts: &[(BlockLoc, String)], file_len: u64) -> Result<()> {
     let mut by_off: BTreeMap<u64, (BlockLoc, &str)> = BTreeMap::new();
     for (loc, name) in exts {
-        if loc.offset % ALIGN != 0 || loc.offset < DATA_START {
+        if !valid_offset(loc.offset) {
             return Err(Error::corrupt(
                 name.as_str(),
                 format!("extent at {} is not valid", loc.offset),
@@ -439,7 +443,7 @@ impl BlockFile {
             .map_err(|e| Error::io("reading the headers", e))?;
         let slots: Vec<SlotState> = (0..2)
             .map(|i| {
-                let start = (i as usize * ALIGN as usize).min(hdr.len());
+                let start = (i * ALIGN as usize).min(hdr.len());
                 let end = (start + ALIGN as usize).min(hdr.len());
                 decode_header(i, &hdr[start..end])
             })
@@ -825,7 +829,7 @@ fn load_ckpt(dev: &dyn BlockDevice, h: &Header, file_len: u64) -> Result<(Ckpt, 
         if ext.len == 0 {
             return Ok(Vec::new());
         }
-        if ext.offset % ALIGN != 0 || ext.offset < DATA_START || ext.offset >= FREE_OFFSET / 2 {
+        if !valid_offset(ext.offset) {
             return Err(Error::corrupt(
                 what,
                 format!("invalid extent at {}", ext.offset),

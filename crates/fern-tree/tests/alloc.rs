@@ -156,7 +156,7 @@ fn stays_balanced_after_100k_ops() {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
-        if s % 3 == 0 && !rest.is_empty() {
+        if s.is_multiple_of(3) && !rest.is_empty() {
             let off = rest.swap_remove((s as usize / 3) % rest.len());
             a.free(off, ALIGN);
         } else {
