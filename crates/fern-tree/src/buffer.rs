@@ -7,7 +7,7 @@
 use crate::error::Result;
 use crate::ids::Msn;
 use crate::msg::{Kind, MsgRef, Op};
-use crate::varint::Reader;
+use crate::varint::{get_varint_trusted, Reader};
 
 /// Pending messages for one child.
 #[derive(Clone, Debug, Default)]
@@ -15,6 +15,8 @@ pub(crate) struct MsgBuffer {
     data: Vec<u8>,
     sorted: Vec<u32>,
     ranges: Vec<u32>,
+    /// Point messages appended since the last `seal`, not yet in `sorted`.
+    pending: Vec<u32>,
 }
 
 impl MsgBuffer {
@@ -32,12 +34,12 @@ impl MsgBuffer {
     }
 
     pub(crate) fn count(&self) -> usize {
-        self.sorted.len() + self.ranges.len()
+        self.sorted.len() + self.pending.len() + self.ranges.len()
     }
 
     pub(crate) fn mem(&self) -> usize {
         self.data.capacity()
-            + (self.sorted.capacity() + self.ranges.capacity()) * 4
+            + (self.sorted.capacity() + self.ranges.capacity() + self.pending.capacity()) * 4
             + std::mem::size_of::<Self>()
     }
 
@@ -46,19 +48,50 @@ impl MsgBuffer {
         MsgRef::decode_trusted(&self.data, off as usize)
     }
 
+    /// The key of the message at `off` (cheaper than a full decode, for sorting).
+    #[inline]
+    fn key_at(&self, off: u32) -> &[u8] {
+        let (klen, p) = get_varint_trusted(&self.data, off as usize + 9);
+        &self.data[p..p + klen as usize]
+    }
+
     fn index(&mut self, off: u32) {
-        let m = MsgRef::decode_trusted(&self.data, off as usize);
-        if m.kind == Kind::RangeDelete {
+        if self.data[off as usize] == Kind::RangeDelete as u8 {
             self.ranges.push(off);
+        } else {
+            self.pending.push(off);
+        }
+    }
+
+    /// Merges messages appended since the last call into the sorted index. Writers call it
+    /// after appending; readers only see sealed buffers (invariant N7).
+    pub(crate) fn seal(&mut self) {
+        if self.pending.is_empty() {
             return;
         }
-        let (key, msn) = (m.key, m.msn);
-        // New messages usually carry the highest MSN, so the upper bound of the key is the spot.
-        let pos = self.sorted.partition_point(|&o| {
-            let x = MsgRef::decode_trusted(&self.data, o as usize);
-            (x.key, x.msn) <= (key, msn)
-        });
-        self.sorted.insert(pos, off);
+        let mut pending = std::mem::take(&mut self.pending);
+        // Appended in MSN order, so a stable sort by key gives (key, MSN) order; every pending
+        // message is newer than every sorted one, so ties in the merge go to `sorted` first.
+        pending.sort_by(|&a, &b| self.key_at(a).cmp(self.key_at(b)));
+        if self.sorted.is_empty() {
+            self.sorted = pending;
+            return;
+        }
+        let old = std::mem::take(&mut self.sorted);
+        let mut merged = Vec::with_capacity(old.len() + pending.len());
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() && j < pending.len() {
+            if self.key_at(old[i]) <= self.key_at(pending[j]) {
+                merged.push(old[i]);
+                i += 1;
+            } else {
+                merged.push(pending[j]);
+                j += 1;
+            }
+        }
+        merged.extend_from_slice(&old[i..]);
+        merged.extend_from_slice(&pending[j..]);
+        self.sorted = merged;
     }
 
     /// Appends a new message.
@@ -96,7 +129,8 @@ impl MsgBuffer {
 
     /// Point messages for exactly `key`, in MSN order.
     pub(crate) fn for_key<'a>(&'a self, key: &[u8], out: &mut Vec<MsgRef<'a>>) {
-        let start = self.sorted.partition_point(|&o| self.at(o).key < key);
+        debug_assert!(self.pending.is_empty(), "reading an unsealed buffer (invariant N7)");
+        let start = self.sorted.partition_point(|&o| self.key_at(o) < key);
         for &o in &self.sorted[start..] {
             let m = self.at(o);
             if m.key != key {
@@ -108,7 +142,8 @@ impl MsgBuffer {
 
     /// Point messages with keys in `[lo, hi)` (`hi = None`: unbounded), in (key, MSN) order.
     pub(crate) fn points_in<'a>(&'a self, lo: &[u8], hi: Option<&[u8]>, out: &mut Vec<MsgRef<'a>>) {
-        let start = self.sorted.partition_point(|&o| self.at(o).key < lo);
+        debug_assert!(self.pending.is_empty(), "reading an unsealed buffer (invariant N7)");
+        let start = self.sorted.partition_point(|&o| self.key_at(o) < lo);
         for &o in &self.sorted[start..] {
             let m = self.at(o);
             if hi.is_some_and(|h| m.key >= h) {
@@ -133,6 +168,7 @@ impl MsgBuffer {
             data: raw[base..].to_vec(),
             sorted: Vec::new(),
             ranges: Vec::new(),
+            pending: Vec::new(),
         };
         let mut last = Msn(0);
         let mut points = Vec::with_capacity(count.min(raw.len() / 10));
@@ -157,7 +193,7 @@ impl MsgBuffer {
             )));
         }
         // Data order is MSN order, so a stable sort by key yields (key, MSN) order.
-        points.sort_by(|&a, &b| buf.at(a).key.cmp(buf.at(b).key));
+        points.sort_by(|&a, &b| buf.key_at(a).cmp(buf.key_at(b)));
         buf.sorted = points;
         Ok(buf)
     }

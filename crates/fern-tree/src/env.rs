@@ -398,6 +398,9 @@ impl Env {
                 }
             }
         }
+        for (_, b) in per_tree.iter_mut() {
+            b.seal();
+        }
         st.messages += batch.ops.len() as u64;
         let ctx = self.ctx();
         let result = (|| {

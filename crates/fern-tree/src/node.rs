@@ -80,7 +80,7 @@ pub(crate) enum Body {
     Leaf {
         /// `pivots[i]` is the smallest key basement `i+1` may hold.
         pivots: Vec<Vec<u8>>,
-        parts: Vec<Part<Basement>>,
+        parts: Vec<Part<Arc<Basement>>>,
     },
     Internal {
         /// `pivots[i]` separates child `i` (keys below) from child `i+1` (keys at or above).
@@ -137,7 +137,7 @@ impl Node {
             height: 0,
             body: Body::Leaf {
                 pivots: Vec::new(),
-                parts: vec![Part::loaded(Basement::new())],
+                parts: vec![Part::loaded(Arc::new(Basement::new()))],
             },
             block: None,
             dirty: AtomicBool::new(true),
@@ -169,7 +169,7 @@ impl Node {
         let parts: usize = match &self.body {
             Body::Leaf { parts, .. } => parts
                 .iter()
-                .map(|p| p.get().map_or(0, Basement::mem) + 48)
+                .map(|p| p.get().map_or(0, |b| b.mem()) + 48)
                 .sum(),
             Body::Internal { bufs, children, .. } => {
                 bufs.iter()
@@ -194,7 +194,7 @@ impl Node {
         match &self.body {
             Body::Leaf { parts, .. } => parts
                 .iter()
-                .map(|p| p.get().map_or(0, Basement::bytes))
+                .map(|p| p.get().map_or(0, |b| b.bytes()))
                 .sum(),
             Body::Internal { bufs, .. } => bufs
                 .iter()
@@ -205,75 +205,61 @@ impl Node {
 
     /// Encodes the whole node as a block. Every partition must be loaded (invariant N6).
     pub(crate) fn encode(&self, comp: Compression) -> Vec<u8> {
-        let mut header = Vec::with_capacity(256);
-        header.extend_from_slice(&self.id.0.to_le_bytes());
-        let mut frames = Vec::new();
-        let mut raw = Vec::new();
-        let mut entries: Vec<(Option<NodeId>, (usize, usize))> = Vec::new();
-        match &self.body {
-            Body::Leaf { parts, .. } => {
-                for p in parts {
-                    raw.clear();
-                    p.get()
-                        .expect("encoding a node with unloaded partitions (invariant N6)")
-                        .encode(&mut raw);
-                    let start = frames.len();
-                    codec::encode_partition(comp, &raw, &mut frames);
-                    entries.push((None, (start, frames.len() - start)));
-                }
-            }
-            Body::Internal { bufs, children, .. } => {
-                for (b, c) in bufs.iter().zip(children) {
-                    raw.clear();
-                    b.get()
-                        .expect("encoding a node with unloaded partitions (invariant N6)")
-                        .encode(&mut raw);
-                    let start = frames.len();
-                    codec::encode_partition(comp, &raw, &mut frames);
-                    entries.push((Some(*c), (start, frames.len() - start)));
-                }
-            }
-        }
-        header.extend_from_slice(&(entries.len() as u32).to_le_bytes());
         let pivots = self.pivots();
-        // Frame offsets are relative to the block start, known once the header length is.
-        let mut body = Vec::new();
-        for (i, (child, _)) in entries.iter().enumerate() {
-            if let Some(c) = child {
-                body.extend_from_slice(&c.0.to_le_bytes());
-            }
-            if i > 0 {
-                put_varint(&mut body, pivots[i - 1].len() as u64);
-                body.extend_from_slice(&pivots[i - 1]);
-            }
-            body.extend_from_slice(&[0u8; 8]); // frame offset and length, patched below
+        let internal = !self.is_leaf();
+        let nparts = pivots.len() + 1;
+        // The header's length does not depend on the frames, so frames are compressed straight
+        // into the output after a header-sized gap that is filled in at the end.
+        let mut header_len = 8 + 4 + nparts * 8;
+        if internal {
+            header_len += nparts * 8;
         }
-        let header_len = header.len() + body.len();
+        for p in pivots {
+            header_len += crate::varint::varint_len(p.len() as u64) + p.len();
+        }
         let frames_base = PREFIX_LEN + header_len;
-        // Patch the frame locations: walk again to find each placeholder.
-        let mut pos = 0usize;
-        for (i, (child, (start, len))) in entries.iter().enumerate() {
-            if child.is_some() {
-                pos += 8;
+        let mut out = Vec::with_capacity(frames_base + self.payload_bytes() + nparts * 64 + 64);
+        out.resize(frames_base, 0);
+        let mut frames: Vec<(u32, u32)> = Vec::with_capacity(nparts);
+        let mut raw = Vec::new();
+        for i in 0..nparts {
+            raw.clear();
+            match &self.body {
+                Body::Leaf { parts, .. } => parts[i]
+                    .get()
+                    .expect("encoding a node with unloaded partitions (invariant N6)")
+                    .encode(&mut raw),
+                Body::Internal { bufs, .. } => bufs[i]
+                    .get()
+                    .expect("encoding a node with unloaded partitions (invariant N6)")
+                    .encode(&mut raw),
+            }
+            let start = out.len();
+            codec::encode_partition(comp, &raw, &mut out);
+            frames.push((start as u32, (out.len() - start) as u32));
+        }
+        let mut header = Vec::with_capacity(header_len);
+        header.extend_from_slice(&self.id.0.to_le_bytes());
+        header.extend_from_slice(&(nparts as u32).to_le_bytes());
+        for (i, (off, len)) in frames.iter().enumerate() {
+            if let Body::Internal { children, .. } = &self.body {
+                header.extend_from_slice(&children[i].0.to_le_bytes());
             }
             if i > 0 {
-                let pl = pivots[i - 1].len();
-                pos += crate::varint::varint_len(pl as u64) + pl;
+                put_varint(&mut header, pivots[i - 1].len() as u64);
+                header.extend_from_slice(&pivots[i - 1]);
             }
-            body[pos..pos + 4].copy_from_slice(&((frames_base + start) as u32).to_le_bytes());
-            body[pos + 4..pos + 8].copy_from_slice(&(*len as u32).to_le_bytes());
-            pos += 8;
+            header.extend_from_slice(&off.to_le_bytes());
+            header.extend_from_slice(&len.to_le_bytes());
         }
-        header.extend_from_slice(&body);
-        let mut out = Vec::with_capacity(PREFIX_LEN + header.len() + frames.len());
-        out.extend_from_slice(MAGIC);
-        out.push(NODE_VERSION);
-        out.push(u8::from(!self.is_leaf()));
-        out.extend_from_slice(&self.height.to_le_bytes());
-        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(&header).to_le_bytes());
-        out.extend_from_slice(&header);
-        out.extend_from_slice(&frames);
+        debug_assert_eq!(header.len(), header_len);
+        out[0..4].copy_from_slice(MAGIC);
+        out[4] = NODE_VERSION;
+        out[5] = u8::from(internal);
+        out[6..8].copy_from_slice(&self.height.to_le_bytes());
+        out[8..12].copy_from_slice(&(header_len as u32).to_le_bytes());
+        out[12..16].copy_from_slice(&crc32c::crc32c(&header).to_le_bytes());
+        out[PREFIX_LEN..frames_base].copy_from_slice(&header);
         out
     }
 
@@ -455,7 +441,7 @@ impl Node {
 
     /// The basement `i` of a leaf, loading it if needed. Returns it and the bytes of memory the
     /// load added (0 if it was already loaded, or another thread won the race).
-    pub(crate) fn basement(&self, dev: &dyn BlockDevice, i: usize) -> Result<(&Basement, usize)> {
+    pub(crate) fn basement(&self, dev: &dyn BlockDevice, i: usize) -> Result<(&Arc<Basement>, usize)> {
         let Body::Leaf { parts, .. } = &self.body else {
             return Err(Error::corrupt(
                 format!("node {}", self.id),
@@ -467,7 +453,7 @@ impl Node {
             self,
             &parts[i],
             |frame| decode_basement(self.id, i, frame),
-            Basement::mem,
+            |b| b.mem(),
         )
     }
 
@@ -517,10 +503,10 @@ fn load_part<'a, T>(
     Ok((t, if won { added } else { 0 }))
 }
 
-fn decode_basement(id: NodeId, i: usize, frame: &[u8]) -> Result<Basement> {
+fn decode_basement(id: NodeId, i: usize, frame: &[u8]) -> Result<Arc<Basement>> {
     let what = || format!("node {id} partition {i}");
     let raw = codec::decode_partition(frame, &what)?;
-    Basement::decode(&raw, &what)
+    Basement::decode(&raw, &what).map(Arc::new)
 }
 
 fn decode_buffer(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {

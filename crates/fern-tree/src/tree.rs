@@ -87,7 +87,7 @@ impl Ctx<'_> {
             .map_err(|e| Error::io(format!("writing node {}", node.id), e))
     }
 
-    fn basement<'n>(&self, node: &'n Node, i: usize) -> Result<&'n Basement> {
+    fn basement<'n>(&self, node: &'n Node, i: usize) -> Result<&'n Arc<Basement>> {
         let (b, added) = node.basement(self.dev.as_ref(), i)?;
         self.cache.grew(node, added);
         Ok(b)
@@ -208,7 +208,7 @@ fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
                     .copied()
                     .collect();
                 if !points.is_empty() || !rs.is_empty() {
-                    part.get_mut().apply(&points, &rs, ctx.upserts)?;
+                    Arc::make_mut(part.get_mut()).apply(&points, &rs, ctx.upserts)?;
                 }
             }
             normalize_basements(pivots, parts, ctx.shape.basement_bytes);
@@ -242,6 +242,9 @@ fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
                     }
                 }
             }
+            for b in bufs.iter_mut() {
+                b.get_mut().seal();
+            }
         }
     }
     Ok(())
@@ -262,11 +265,15 @@ fn drop_subtree(ctx: &Ctx<'_>, id: NodeId) -> Result<()> {
 }
 
 /// Splits basements over the size limit and removes empty ones (a leaf keeps at least one).
-fn normalize_basements(pivots: &mut Vec<Vec<u8>>, parts: &mut Vec<Part<Basement>>, limit: usize) {
-    let mut new_parts: Vec<Part<Basement>> = Vec::with_capacity(parts.len());
+fn normalize_basements(
+    pivots: &mut Vec<Vec<u8>>,
+    parts: &mut Vec<Part<Arc<Basement>>>,
+    limit: usize,
+) {
+    let mut new_parts: Vec<Part<Arc<Basement>>> = Vec::with_capacity(parts.len());
     let mut new_pivots: Vec<Vec<u8>> = Vec::with_capacity(pivots.len());
     for (i, part) in std::mem::take(parts).into_iter().enumerate() {
-        let mut b = part.into_inner();
+        let mut b = Arc::unwrap_or_clone(part.into_inner());
         // The lower bound of this basement, if it is not the leaf's first.
         let mut lower = if i == 0 {
             None
@@ -287,7 +294,7 @@ fn normalize_basements(pivots: &mut Vec<Vec<u8>>, parts: &mut Vec<Part<Basement>
                 new_pivots.push(lower.take().unwrap_or_else(|| b.key(0).to_vec()));
             }
             let next_lower = right.as_ref().map(|r| r.key(0).to_vec());
-            new_parts.push(Part::loaded(b));
+            new_parts.push(Part::loaded(Arc::new(b)));
             match right {
                 Some(r) => {
                     b = r;
@@ -298,7 +305,7 @@ fn normalize_basements(pivots: &mut Vec<Vec<u8>>, parts: &mut Vec<Part<Basement>
         }
     }
     if new_parts.is_empty() {
-        new_parts.push(Part::loaded(Basement::new()));
+        new_parts.push(Part::loaded(Arc::new(Basement::new())));
         new_pivots.clear();
     }
     *parts = new_parts;
@@ -371,7 +378,7 @@ fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
 
 fn is_empty_leaf(node: &Node) -> bool {
     matches!(&node.body, Body::Leaf { parts, .. }
-        if parts.len() == 1 && parts[0].get().is_some_and(Basement::is_empty))
+        if parts.len() == 1 && parts[0].get().is_some_and(|b| b.is_empty()))
 }
 
 /// Splits a node that is over its size (leaf) or fanout (internal) into pieces.
@@ -390,7 +397,7 @@ fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>, Node)> {
         Body::Leaf { pivots, parts } => {
             let sizes: Vec<usize> = parts
                 .iter()
-                .map(|p| p.get().map_or(0, Basement::bytes))
+                .map(|p| p.get().map_or(0, |b| b.bytes()))
                 .collect();
             let total: usize = sizes.iter().sum();
             if total <= shape.node_bytes || parts.len() < 2 {
@@ -415,7 +422,7 @@ fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>, Node)> {
             let mut parts = parts.into_iter();
             let mut first = true;
             for (start, end) in groups {
-                let ps: Vec<Part<Basement>> = parts.by_ref().take(end - start).collect();
+                let ps: Vec<Part<Arc<Basement>>> = parts.by_ref().take(end - start).collect();
                 let pv: Vec<Vec<u8>> = pivots[start..end - 1].to_vec();
                 let lower = if start == 0 {
                     None
@@ -577,7 +584,7 @@ pub(crate) enum Seek<'k> {
 
 /// A leaf's rows with every pending message applied, and the leaf's key range.
 pub(crate) struct LeafRows {
-    pub rows: Vec<Basement>,
+    pub rows: Vec<Arc<Basement>>,
     /// Inclusive lower bound of the leaf's range (None: unbounded).
     pub lo: Option<Vec<u8>>,
     /// Exclusive upper bound (None: unbounded).
@@ -638,11 +645,13 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
                 .filter(|r| intersects(r.key, r.payload, blo, bhi))
                 .copied(),
         );
-        let mut b = b.clone();
         if start < end || !scratch.is_empty() {
+            let mut b = Basement::clone(b);
             b.apply(&points[start..end], &scratch, ctx.upserts)?;
+            rows.push(Arc::new(b));
+        } else {
+            rows.push(b.clone()); // shared with the cache: no copy
         }
-        rows.push(b);
     }
     Ok(LeafRows { rows, lo, hi })
 }
