@@ -731,3 +731,86 @@ fn errno_mapping_is_posix() {
     );
     assert_eq!(FsError::corrupt("x").errno(), libc::EIO);
 }
+
+#[test]
+fn permission_checks() {
+    use fern_fs::perm::{check_access, check_delete, check_setattr, MAY_EXEC, MAY_READ, MAY_WRITE};
+    use fern_fs::Cred;
+    let e = env();
+    put(&e, "/f", b"");
+    e.p.chown(b"/f", Some(10), Some(20)).expect("chown");
+    let f = e.p.chmod(b"/f", 0o640).expect("chmod");
+    let owner = Cred::user(10, 99);
+    let group = Cred {
+        uid: 11,
+        gid: 1,
+        groups: vec![20],
+    };
+    let other = Cred::user(12, 30);
+    assert!(check_access(&f, &owner, MAY_READ | MAY_WRITE).is_ok());
+    assert!(check_access(&f, &group, MAY_READ).is_ok());
+    assert_eq!(err(check_access(&f, &group, MAY_WRITE)), libc::EACCES);
+    assert_eq!(err(check_access(&f, &other, MAY_READ)), libc::EACCES);
+    assert!(
+        check_access(&f, &Cred::root(), MAY_READ | MAY_WRITE).is_ok(),
+        "root reads and writes anything"
+    );
+    assert_eq!(
+        err(check_access(&f, &Cred::root(), MAY_EXEC)),
+        libc::EACCES,
+        "but executes only executables"
+    );
+    // Owner class wins even when it grants less than the group class.
+    let odd = e.p.chmod(b"/f", 0o070).expect("chmod");
+    assert_eq!(
+        err(check_access(
+            &odd,
+            &Cred {
+                uid: 10,
+                gid: 20,
+                groups: vec![]
+            },
+            MAY_READ
+        )),
+        libc::EACCES
+    );
+    // Sticky directory: only the owner of the file or directory (or root) may remove.
+    e.p.mkdir(b"/tmp", 0o777).expect("mkdir");
+    let tmp = e.p.chmod(b"/tmp", 0o1777).expect("sticky");
+    let victim = e.p.stat(b"/f").expect("stat");
+    assert!(check_delete(&tmp, &victim, &owner).is_ok());
+    assert_eq!(err(check_delete(&tmp, &victim, &other)), libc::EPERM);
+    let plain = e.p.chmod(b"/tmp", 0o777).expect("not sticky");
+    assert!(check_delete(&plain, &victim, &other).is_ok());
+    let ro = e.p.chmod(b"/tmp", 0o755).expect("read-only dir");
+    assert_eq!(err(check_delete(&ro, &victim, &other)), libc::EACCES);
+    // setattr rules.
+    let chmod = SetAttr {
+        mode: Some(0o777),
+        ..SetAttr::default()
+    };
+    assert!(check_setattr(&victim, &owner, &chmod).is_ok());
+    assert_eq!(err(check_setattr(&victim, &other, &chmod)), libc::EPERM);
+    let give = SetAttr {
+        uid: Some(12),
+        ..SetAttr::default()
+    };
+    assert_eq!(
+        err(check_setattr(&victim, &owner, &give)),
+        libc::EPERM,
+        "only root gives files away"
+    );
+    let chgrp = SetAttr {
+        gid: Some(99),
+        ..SetAttr::default()
+    };
+    assert!(
+        check_setattr(&victim, &owner, &chgrp).is_ok(),
+        "owner may chgrp to a group it is in"
+    );
+    let stamp = SetAttr {
+        mtime: Some(TimeSet::At(Timespec::default())),
+        ..SetAttr::default()
+    };
+    assert_eq!(err(check_setattr(&victim, &other, &stamp)), libc::EPERM);
+}

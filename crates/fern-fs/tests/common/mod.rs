@@ -23,7 +23,15 @@ pub fn env() -> Env {
 }
 
 pub fn env_with(opts: MkfsOptions) -> Env {
-    let store = Arc::new(CountingStore::new(MemStore::new(fern_fs::registry())));
+    env_limited(opts, Limits::EMBEDDED)
+}
+
+/// A file system on a memory store that enforces `limits` (e.g. etcd's 128 ops per batch).
+pub fn env_limited(opts: MkfsOptions, limits: Limits) -> Env {
+    let store = Arc::new(CountingStore::new(MemStore::with_limits(
+        fern_fs::registry(),
+        limits,
+    )));
     Fs::mkfs(&*store, opts).expect("mkfs");
     let fs = Arc::new(Fs::mount(store.clone()).expect("mount"));
     let p = PathFs::new(fs.clone(), Cred::root());
