@@ -288,19 +288,3 @@ impl Fs {
         }
     }
 }
-
-/// A zeroing op (helper to keep the punch arithmetic readable).
-struct Op2 {
-    off: u32,
-    len: u32,
-}
-
-impl Op2 {
-    fn encode(&self) -> Vec<u8> {
-        BlockOp::Zero {
-            offset: self.off,
-            len: self.len,
-        }
-        .encode()
-    }
-}

@@ -239,6 +239,7 @@ fn write_opts(create: bool) -> OpenOptions {
 }
 
 struct Harness {
+    bs: usize,
     env: Option<common::Env>,
     files: Vec<File>,
     model: Model,
@@ -612,7 +613,7 @@ impl Harness {
             .nodes
             .values()
             .map(|n| match &n.kind {
-                Kind::File(d) => d.len().div_ceil(512),
+                Kind::File(d) => d.len().div_ceil(self.bs),
                 _ => 0,
             })
             .sum();
@@ -692,9 +693,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn fern_fs_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
-        let env = common::env_with(MkfsOptions { block_size: 512, ..MkfsOptions::default() });
-        let mut h = Harness { env: Some(env), files: Vec::new(), model: Model::new() };
+    fn fern_fs_matches_the_model(ops in prop::collection::vec(op(), 1..80), bs in prop::sample::select(vec![512u32, 4096])) {
+        let env = common::env_with(MkfsOptions { block_size: bs, ..MkfsOptions::default() });
+        let mut h = Harness { env: Some(env), files: Vec::new(), model: Model::new(), bs: bs as usize };
         for op in &ops {
             h.apply(op)?;
         }
