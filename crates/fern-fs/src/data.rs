@@ -263,8 +263,8 @@ impl Fs {
         }
         if !start.is_multiple_of(bs) {
             let block_end = (start / bs + 1) * bs;
-            let zero = Op2 {
-                off: (start % bs) as u32,
+            let zero = BlockOp::Zero {
+                offset: (start % bs) as u32,
                 len: (end.min(block_end) - start) as u32,
             };
             b.upsert(
@@ -275,8 +275,8 @@ impl Fs {
             );
         }
         if !end.is_multiple_of(bs) && (start.is_multiple_of(bs) || end / bs != start / bs) {
-            let zero = Op2 {
-                off: 0,
+            let zero = BlockOp::Zero {
+                offset: 0,
                 len: (end % bs) as u32,
             };
             b.upsert(
