@@ -129,7 +129,10 @@ impl MsgBuffer {
 
     /// Point messages for exactly `key`, in MSN order.
     pub(crate) fn for_key<'a>(&'a self, key: &[u8], out: &mut Vec<MsgRef<'a>>) {
-        debug_assert!(self.pending.is_empty(), "reading an unsealed buffer (invariant N7)");
+        debug_assert!(
+            self.pending.is_empty(),
+            "reading an unsealed buffer (invariant N7)"
+        );
         let start = self.sorted.partition_point(|&o| self.key_at(o) < key);
         for &o in &self.sorted[start..] {
             let m = self.at(o);
@@ -142,7 +145,10 @@ impl MsgBuffer {
 
     /// Point messages with keys in `[lo, hi)` (`hi = None`: unbounded), in (key, MSN) order.
     pub(crate) fn points_in<'a>(&'a self, lo: &[u8], hi: Option<&[u8]>, out: &mut Vec<MsgRef<'a>>) {
-        debug_assert!(self.pending.is_empty(), "reading an unsealed buffer (invariant N7)");
+        debug_assert!(
+            self.pending.is_empty(),
+            "reading an unsealed buffer (invariant N7)"
+        );
         let start = self.sorted.partition_point(|&o| self.key_at(o) < lo);
         for &o in &self.sorted[start..] {
             let m = self.at(o);

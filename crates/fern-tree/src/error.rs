@@ -29,7 +29,9 @@ pub enum Error {
         context: String,
     },
     /// A checksum did not match: the data on disk is corrupt.
-    #[error("checksum mismatch in {what} (expected crc32c {expected:#010x}, found {actual:#010x})")]
+    #[error(
+        "checksum mismatch in {what} (expected crc32c {expected:#010x}, found {actual:#010x})"
+    )]
     Checksum {
         /// Which structure: "header 0", "node 17 partition 3", "translation table", ...
         what: String,
@@ -94,7 +96,8 @@ impl Error {
     /// Wraps an I/O error with what the engine was doing; ENOSPC becomes [`Error::NoSpace`].
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
         let context = context.into();
-        if source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == io::ErrorKind::StorageFull
+        if source.raw_os_error() == Some(libc::ENOSPC)
+            || source.kind() == io::ErrorKind::StorageFull
         {
             Error::NoSpace { context }
         } else {

@@ -192,10 +192,9 @@ impl Node {
     /// Bytes of rows (leaf) or of buffered messages (internal).
     pub(crate) fn payload_bytes(&self) -> usize {
         match &self.body {
-            Body::Leaf { parts, .. } => parts
-                .iter()
-                .map(|p| p.get().map_or(0, |b| b.bytes()))
-                .sum(),
+            Body::Leaf { parts, .. } => {
+                parts.iter().map(|p| p.get().map_or(0, |b| b.bytes())).sum()
+            }
             Body::Internal { bufs, .. } => bufs
                 .iter()
                 .map(|p| p.get().map_or(0, MsgBuffer::bytes))
@@ -441,7 +440,11 @@ impl Node {
 
     /// The basement `i` of a leaf, loading it if needed. Returns it and the bytes of memory the
     /// load added (0 if it was already loaded, or another thread won the race).
-    pub(crate) fn basement(&self, dev: &dyn BlockDevice, i: usize) -> Result<(&Arc<Basement>, usize)> {
+    pub(crate) fn basement(
+        &self,
+        dev: &dyn BlockDevice,
+        i: usize,
+    ) -> Result<(&Arc<Basement>, usize)> {
         let Body::Leaf { parts, .. } = &self.body else {
             return Err(Error::corrupt(
                 format!("node {}", self.id),

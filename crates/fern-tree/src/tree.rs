@@ -62,6 +62,11 @@ impl Ctx<'_> {
         Ok(node)
     }
 
+    /// Puts back a node that was taken but not changed.
+    pub(crate) fn put_unchanged(&self, node: Node) {
+        self.cache.put(node);
+    }
+
     /// Puts a changed node back, dirty.
     pub(crate) fn put(&self, node: Node) {
         node.set_dirty(true);
@@ -351,6 +356,8 @@ fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
     let pieces = split_if_needed(ctx, child);
     // Replace child i by the pieces; new siblings start with empty buffers.
     let mut empties = Vec::new();
+    let single = pieces.len() == 1;
+    let mut small = false;
     for (k, (pivot, piece)) in pieces.into_iter().enumerate() {
         let at = i + k;
         if k > 0 {
@@ -360,6 +367,8 @@ fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
         }
         if is_empty_leaf(&piece) {
             empties.push(at);
+        } else if single && piece.is_leaf() && piece.payload_bytes() < ctx.shape.node_bytes / 4 {
+            small = true;
         }
         ctx.put(piece);
     }
@@ -372,7 +381,86 @@ fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
             pivots.remove(at.saturating_sub(1));
         }
     }
+    if small && children.len() > 1 {
+        merge_small_leaf(ctx, pivots, children, bufs, i)?;
+    }
     node.set_dirty(true);
+    Ok(())
+}
+
+/// Merges the small leaf child `at` with a neighbour when both are leaves, the result stays
+/// well under the node size (so a merged leaf does not split again at once), and neither has
+/// messages pending in this node. The last condition keeps invariant N4 for the merged leaf:
+/// every message still above it is newer than everything applied to either half, so the
+/// per-basement MSN floors stay correct.
+fn merge_small_leaf(
+    ctx: &Ctx<'_>,
+    pivots: &mut Vec<Vec<u8>>,
+    children: &mut Vec<NodeId>,
+    bufs: &mut Vec<Part<MsgBuffer>>,
+    at: usize,
+) -> Result<()> {
+    let limit = ctx.shape.node_bytes * 3 / 4;
+    let candidates = [(at, at + 1), (at.wrapping_sub(1), at)];
+    for (l, r) in candidates {
+        if r >= children.len()
+            || l >= children.len()
+            || !bufs[l].get_mut().is_empty()
+            || !bufs[r].get_mut().is_empty()
+        {
+            continue;
+        }
+        let left = ctx.take(children[l])?;
+        let right = ctx.take(children[r])?;
+        if !left.is_leaf()
+            || !right.is_leaf()
+            || left.payload_bytes() + right.payload_bytes() > limit
+        {
+            ctx.put_unchanged(left);
+            ctx.put_unchanged(right);
+            continue;
+        }
+        let Node { body: lbody, .. } = left;
+        let Node {
+            id: rid,
+            body: rbody,
+            ..
+        } = right;
+        let (
+            Body::Leaf {
+                pivots: mut lp,
+                parts: mut lparts,
+            },
+            Body::Leaf {
+                pivots: rp,
+                parts: rparts,
+            },
+        ) = (lbody, rbody)
+        else {
+            unreachable!("checked is_leaf above");
+        };
+        lp.push(pivots[l].clone());
+        lp.extend(rp);
+        lparts.extend(rparts);
+        normalize_basements(&mut lp, &mut lparts, ctx.shape.basement_bytes);
+        let merged = Node {
+            id: children[l],
+            height: 0,
+            body: Body::Leaf {
+                pivots: lp,
+                parts: lparts,
+            },
+            block: None,
+            dirty: Default::default(),
+            mem: Default::default(),
+        };
+        ctx.free(rid);
+        children.remove(r);
+        bufs.remove(r);
+        pivots.remove(l);
+        ctx.put(merged);
+        return Ok(());
+    }
     Ok(())
 }
 

@@ -93,7 +93,9 @@ fn run(steps: Vec<Step>, comp: Compression) -> Result<(), TestCaseError> {
     let mut t = env.tree("t").unwrap();
     let mut other = env.tree("other").unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    for s in steps {
+    let paranoid = std::env::var("FERN_MODEL_PARANOID").is_ok();
+    for (n, s) in steps.into_iter().enumerate() {
+        let desc = format!("{s:?}");
         match s {
             Step::Insert(k, v) => {
                 t.insert(&key(k), &v).unwrap();
@@ -189,6 +191,31 @@ fn run(steps: Vec<Step>, comp: Compression) -> Result<(), TestCaseError> {
                 env = Env::open_on(dev.clone(), options(comp)).unwrap();
                 t = env.tree("t").unwrap();
                 other = env.tree("other").unwrap();
+            }
+        }
+        if paranoid {
+            let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let got = t.range_vec(Bound::Unbounded, Bound::Unbounded).unwrap();
+            if got != all {
+                let gk: Vec<_> = got
+                    .iter()
+                    .map(|(k, _)| u16::from_be_bytes([k[0], k[1]]))
+                    .collect();
+                let wk: Vec<_> = all
+                    .iter()
+                    .map(|(k, _)| u16::from_be_bytes([k[0], k[1]]))
+                    .collect();
+                let missing: Vec<_> = all
+                    .iter()
+                    .filter(|e| !got.contains(e))
+                    .map(|(k, _)| {
+                        (
+                            u16::from_be_bytes([k[0], k[1]]),
+                            t.get(k).unwrap().is_some(),
+                        )
+                    })
+                    .collect();
+                panic!("missing {missing:?} diverged after step {n}: {}\ngot keys {gk:?}\nwant keys {wk:?}", &desc[..desc.len().min(200)]);
             }
         }
     }
