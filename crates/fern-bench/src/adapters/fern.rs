@@ -1,0 +1,124 @@
+//! fern-tree, the engine of this project, behind the harness's [`Engine`] trait.
+//!
+//! Budget: the whole budget is the node cache (`Options::cache_bytes`, a hard bound).
+//! Compression: LZ4 (the engine's fast setting; RocksDB and fjall get LZ4 too).
+//! Upserts are native (a registered "add u64" function; no read at write time) and range
+//! delete is native (one message). `sync` is a checkpoint.
+
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+
+use fern_tree::{Compression, Env, Options, Tree, UpsertId, WriteBatch};
+
+use super::mib;
+use crate::engine::{decode_counter, Batch, Durability, Engine, EngineConfig, OpenMode, System};
+use crate::{BenchError, Result};
+
+/// The upsert id of "add a u64 delta to an 8-byte little-endian counter".
+pub const ADD_U64: UpsertId = UpsertId(1);
+
+fn err(e: fern_tree::Error) -> BenchError {
+    BenchError::engine("fern-tree", e)
+}
+
+/// fern-tree engine under test.
+pub struct FernEngine {
+    env: Env,
+    tree: Tree,
+    cfg: EngineConfig,
+}
+
+fn add_u64(_key: &[u8], old: Option<&[u8]>, arg: &[u8]) -> Option<Vec<u8>> {
+    let sum = decode_counter(old).wrapping_add(decode_counter(Some(arg)));
+    Some(sum.to_le_bytes().to_vec())
+}
+
+impl FernEngine {
+    /// Opens the single-file image `dir/fern.img`.
+    pub fn open(dir: &Path, cfg: &EngineConfig, mode: OpenMode) -> Result<Self> {
+        let path = dir.join("fern.img");
+        let mut opts = Options {
+            cache_bytes: cfg.budget_bytes as usize,
+            compression: Compression::Lz4,
+            ..Options::default()
+        };
+        opts.register_upsert(ADD_U64, Arc::new(add_u64));
+        let env = match mode {
+            OpenMode::Create => Env::create(&path, opts),
+            OpenMode::Reopen => Env::open(&path, opts),
+        }
+        .map_err(err)?;
+        let tree = env.tree("kv").map_err(err)?;
+        Ok(FernEngine {
+            env,
+            tree,
+            cfg: cfg.clone(),
+        })
+    }
+
+    fn write(&mut self, b: WriteBatch) -> Result<()> {
+        self.env.write(b).map_err(err)?;
+        if self.cfg.durability == Durability::PerBatch {
+            // TODO(fern-tree): a per-batch durable commit (WAL fsync) instead of a checkpoint.
+            self.env.checkpoint().map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+impl Engine for FernEngine {
+    fn name(&self) -> &'static str {
+        System::FernTree.name()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "node cache {} MiB, lz4, native upserts and range delete",
+            mib(self.cfg.budget_bytes)
+        )
+    }
+
+    fn insert_batch(&mut self, batch: &Batch) -> Result<()> {
+        let mut b = WriteBatch::new();
+        for (k, v) in batch.iter() {
+            b.insert(&self.tree, k, v);
+        }
+        self.write(b)
+    }
+
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.tree.get(key).map_err(err)
+    }
+
+    fn scan(&mut self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        self.tree
+            .scan(Bound::Unbounded, Bound::Unbounded, |k: &[u8], v: &[u8]| {
+                visit(k, v)
+            })
+            .map_err(err)?;
+        Ok(())
+    }
+
+    fn upsert_add_batch(&mut self, batch: &Batch) -> Result<()> {
+        let mut b = WriteBatch::new();
+        for (k, delta) in batch.iter() {
+            b.upsert(&self.tree, k, ADD_U64, delta);
+        }
+        self.write(b)
+    }
+
+    fn delete_range(&mut self, lo: &[u8], hi: &[u8]) -> Result<()> {
+        self.tree.delete_range(lo, hi).map_err(err)
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.env.checkpoint().map_err(err)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        let FernEngine { env, tree, .. } = *self;
+        drop(tree);
+        env.close().map_err(err)
+    }
+}

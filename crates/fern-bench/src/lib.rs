@@ -1,0 +1,27 @@
+//! fern-bench: the engine benchmark harness of fernfs (shared/WORKLOADS.md, workloads E1–E7).
+//!
+//! It owns: the [`Engine`] trait every engine under test is driven through, one thin adapter
+//! per engine (fern-tree always; each peer behind its own cargo feature), the deterministic data
+//! generators, the workloads themselves, the run plan (peers interleaved, repetitions, medians,
+//! one child process per task so peak RSS is per engine) and the reports (markdown, JSON).
+//!
+//! It must never fail a test run because a number is low: benchmarks report. It does fail when
+//! an engine gives a wrong answer, because a fast wrong answer is not a result; a workload
+//! counts such answers in the `errors` field of its records.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod adapters;
+pub mod data;
+mod engine;
+mod error;
+pub mod procinfo;
+pub mod report;
+pub mod runner;
+pub mod workloads;
+
+pub use engine::{Batch, Durability, Engine, EngineConfig, OpenMode, System};
+pub use error::{BenchError, Result};
+pub use report::Record;
+pub use runner::{BenchConfig, Isolation, Progress, RunOutput};
+pub use workloads::{Scenario, Sizes, TaskSpec, Workload};

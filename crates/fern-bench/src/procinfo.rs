@@ -1,0 +1,185 @@
+//! What the kernel says about this process and machine, read the same way for every engine:
+//! bytes written to storage (/proc/self/io), peak RSS (VmHWM), space a directory occupies,
+//! the page cache drop before cold reads, and the machine description of a report.
+#![allow(unsafe_code)]
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Storage write counters of this process (all its threads), from /proc/self/io.
+///
+/// `write_bytes` is charged when a page is dirtied (or a direct write issued), to the process
+/// that dirtied it, so the bytes an engine's background threads write are counted, and a final
+/// `sync` changes nothing in the count: it only makes the comparison obviously fair.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoCounters {
+    /// Bytes this process caused to be sent to the storage layer.
+    pub write_bytes: u64,
+    /// Dirty bytes that were truncated or deleted before being written.
+    pub cancelled_write_bytes: u64,
+}
+
+/// Reads /proc/self/io.
+pub fn io_counters() -> io::Result<IoCounters> {
+    let text = fs::read_to_string("/proc/self/io")?;
+    let mut c = IoCounters::default();
+    for line in text.lines() {
+        let Some((name, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v: u64 = v.trim().parse().unwrap_or(0);
+        match name {
+            "write_bytes" => c.write_bytes = v,
+            "cancelled_write_bytes" => c.cancelled_write_bytes = v,
+            _ => {}
+        }
+    }
+    Ok(c)
+}
+
+fn status_field_kib(field: &str) -> Option<u64> {
+    let text = fs::read_to_string("/proc/self/status").ok()?;
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// Peak resident set size of this process (VmHWM), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    status_field_kib("VmHWM").map(|k| k * 1024)
+}
+
+/// Whether this process runs with effective uid 0 (from /proc/self/status).
+pub fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Uid:").map(|r| r.to_string()))
+        })
+        .and_then(|r| r.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false)
+}
+
+/// Space a directory tree occupies: (allocated bytes = blocks × 512, apparent bytes).
+/// Allocated bytes count punched holes and sparse tails as free, as `du` does.
+pub fn dir_usage(path: &Path) -> io::Result<(u64, u64)> {
+    let meta = fs::symlink_metadata(path)?;
+    if !meta.is_dir() {
+        return Ok((meta.blocks() * 512, meta.len()));
+    }
+    let (mut alloc, mut apparent) = (0, 0);
+    for entry in fs::read_dir(path)? {
+        let (a, b) = dir_usage(&entry?.path())?;
+        alloc += a;
+        apparent += b;
+    }
+    Ok((alloc, apparent))
+}
+
+/// Writes every dirty page of the machine back (sync(2)).
+pub fn sync_all() {
+    // SAFETY: sync(2) takes no arguments, touches no memory of ours and cannot fail.
+    unsafe { libc::sync() };
+}
+
+/// Drops the OS page cache (`sync; echo 3 > /proc/sys/vm/drop_caches`) when running as root.
+/// Returns whether the cache was dropped.
+pub fn drop_page_cache() -> bool {
+    if !is_root() {
+        return false;
+    }
+    sync_all();
+    fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
+}
+
+/// The machine a report was measured on.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Machine {
+    /// Online CPUs.
+    pub nproc: usize,
+    /// Total memory, bytes.
+    pub mem_bytes: u64,
+    /// Kernel release (uname -r).
+    pub kernel: String,
+    /// CPU model name.
+    pub cpu: String,
+}
+
+impl Machine {
+    /// Describes this machine.
+    pub fn detect() -> Machine {
+        let nproc = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let mem_bytes = fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    l.strip_prefix("MemTotal:")?
+                        .split_whitespace()
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+            })
+            .unwrap_or(0)
+            * 1024;
+        let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        let cpu = fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == "model name").then(|| v.trim().to_string())
+                })
+            })
+            .unwrap_or_default();
+        Machine {
+            nproc,
+            mem_bytes,
+            kernel,
+            cpu,
+        }
+    }
+
+    /// One line for a report.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} vCPU ({}), {:.1} GiB memory, Linux {}",
+            self.nproc,
+            if self.cpu.is_empty() { "?" } else { &self.cpu },
+            self.mem_bytes as f64 / (1u64 << 30) as f64,
+            self.kernel
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_counters_are_readable() {
+        assert!(io_counters().is_ok());
+        assert!(peak_rss_bytes().unwrap_or(0) > 0);
+        let m = Machine::detect();
+        assert!(m.nproc >= 1 && m.mem_bytes > 0);
+    }
+
+    #[test]
+    fn dir_usage_counts_files() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("a"), vec![1u8; 10_000]).unwrap();
+        fs::create_dir(d.path().join("sub")).unwrap();
+        fs::write(d.path().join("sub/b"), vec![2u8; 5_000]).unwrap();
+        let (alloc, apparent) = dir_usage(d.path()).unwrap();
+        assert_eq!(apparent, 15_000);
+        assert!(alloc >= 15_000);
+    }
+}

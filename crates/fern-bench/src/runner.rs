@@ -1,0 +1,229 @@
+//! The run plan and its execution: repetitions × scenarios × systems with the systems
+//! innermost (A B A B ...: a slow period of the shared machine hits every system alike), each
+//! task in its own child process (peak RSS and page cache state are per engine), medians.
+//!
+//! A task that fails is reported and the run goes on: benchmarks report, they do not abort.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::data::ValueKind;
+use crate::engine::System;
+use crate::report::{self, Record};
+use crate::workloads::{self, Scenario, Sizes, TaskOutput, TaskSpec, Workload};
+use crate::{BenchError, Result};
+
+/// Where tasks run.
+#[derive(Clone, Debug)]
+pub enum Isolation {
+    /// In this process (tests; peak RSS is then the whole process's).
+    InProcess,
+    /// `program args... --spec JSON --out FILE` runs one task and writes its [`TaskOutput`]
+    /// to FILE (the `fernfs` binary re-executes itself with a hidden subcommand).
+    Subprocess {
+        /// Executable.
+        program: PathBuf,
+        /// Arguments before `--spec`.
+        args: Vec<OsString>,
+    },
+}
+
+/// A whole benchmark run.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Systems, in report order.
+    pub systems: Vec<System>,
+    /// Workloads to report.
+    pub workloads: Vec<Workload>,
+    /// Value kinds of the random-insert scenario.
+    pub variants: Vec<ValueKind>,
+    /// Sizes.
+    pub sizes: Sizes,
+    /// Repetitions.
+    pub reps: u32,
+    /// Scratch directory; each task gets a fresh subdirectory, removed afterwards.
+    pub dir: PathBuf,
+    /// Seed of all generated data (the same for every system and repetition).
+    pub seed: u64,
+    /// Drop the page cache before cold reads (only effective as root).
+    pub drop_caches: bool,
+    /// Where tasks run.
+    pub isolation: Isolation,
+}
+
+/// Hooks for progress output (the harness itself prints nothing).
+pub trait Progress {
+    /// The run has `total` tasks.
+    fn start(&mut self, _total: usize) {}
+    /// Task `index` (0-based) starts.
+    fn task(&mut self, _index: usize, _label: &str) {}
+    /// A remark (a failed task, a page cache that could not be dropped).
+    fn note(&mut self, _text: &str) {}
+    /// The run is over.
+    fn finish(&mut self) {}
+}
+
+/// Progress that prints nothing.
+pub struct Silent;
+impl Progress for Silent {}
+
+/// What a run produced.
+#[derive(Clone, Debug, Default)]
+pub struct RunOutput {
+    /// One record per figure and repetition.
+    pub samples: Vec<Record>,
+    /// Medians over repetitions, with `reps`.
+    pub medians: Vec<Record>,
+    /// Distinct notes of the tasks (engine options, warnings) and failures.
+    pub notes: Vec<String>,
+    /// Tasks that failed.
+    pub failures: Vec<String>,
+}
+
+impl BenchConfig {
+    /// The scenarios the requested workloads need, in run order.
+    pub fn scenarios(&self) -> Vec<Scenario> {
+        let mut out = Vec::new();
+        let wants = |s: Scenario| s.workloads().iter().any(|w| self.workloads.contains(w));
+        for &values in &self.variants {
+            let s = Scenario::Random { values };
+            if wants(s) {
+                out.push(s);
+            }
+        }
+        for s in [Scenario::Sequential, Scenario::Upsert] {
+            if wants(s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// Every task of the run, in run order: rep, scenario, then system (interleaved).
+    pub fn plan(&self) -> Vec<TaskSpec> {
+        let mut tasks = Vec::new();
+        for rep in 0..self.reps {
+            for scenario in self.scenarios() {
+                for sys in &self.systems {
+                    let dir_name = format!(
+                        "{}-{}-{}",
+                        rep,
+                        scenario.label().replace('/', "-"),
+                        sys.name()
+                    );
+                    tasks.push(TaskSpec {
+                        system: sys.name().to_string(),
+                        scenario,
+                        workloads: self
+                            .workloads
+                            .iter()
+                            .copied()
+                            .filter(|w| scenario.workloads().contains(w))
+                            .collect(),
+                        sizes: self.sizes.clone(),
+                        dir: self.dir.join(dir_name),
+                        seed: self.seed,
+                        drop_caches: self.drop_caches,
+                        rep,
+                    });
+                }
+            }
+        }
+        tasks
+    }
+}
+
+fn label(t: &TaskSpec) -> String {
+    format!("rep {} {} {}", t.rep + 1, t.scenario.label(), t.system)
+}
+
+/// Runs every task of `cfg`, then takes medians.
+pub fn run(cfg: &BenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> {
+    std::fs::create_dir_all(&cfg.dir)?;
+    let tasks = cfg.plan();
+    progress.start(tasks.len());
+    let mut out = RunOutput::default();
+    for (i, task) in tasks.iter().enumerate() {
+        let name = label(task);
+        progress.task(i, &name);
+        let _ = std::fs::remove_dir_all(&task.dir);
+        let result = match &cfg.isolation {
+            Isolation::InProcess => workloads::run_task(task),
+            Isolation::Subprocess { program, args } => run_child(program, args, task, &cfg.dir),
+        };
+        let _ = std::fs::remove_dir_all(&task.dir);
+        match result {
+            Ok(t) => {
+                for n in t.notes {
+                    if !out.notes.contains(&n) {
+                        progress.note(&n);
+                        out.notes.push(n);
+                    }
+                }
+                out.samples.extend(t.records);
+            }
+            Err(e) => {
+                let msg = format!("{name}: {e}");
+                progress.note(&format!("FAILED {msg}"));
+                out.failures.push(msg);
+            }
+        }
+    }
+    progress.finish();
+    let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
+    out.medians = report::medians(&out.samples, &names);
+    Ok(out)
+}
+
+fn run_child(
+    program: &Path,
+    args: &[OsString],
+    task: &TaskSpec,
+    scratch: &Path,
+) -> Result<TaskOutput> {
+    let stem = task
+        .dir
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let out_file = scratch.join(format!("{stem}.out.json"));
+    let log_file = scratch.join(format!("{stem}.log"));
+    let log = std::fs::File::create(&log_file)?;
+    let status = Command::new(program)
+        .args(args)
+        .arg("--spec")
+        .arg(serde_json::to_string(task)?)
+        .arg("--out")
+        .arg(&out_file)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .status()?;
+    let fail = |message: String| BenchError::Task {
+        task: label(task),
+        message,
+    };
+    if !status.success() {
+        let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+        let tail: String = log.lines().rev().take(10).collect::<Vec<_>>().join(" / ");
+        return Err(fail(format!(
+            "{status}; log {}: {tail}",
+            log_file.display()
+        )));
+    }
+    let text = std::fs::read_to_string(&out_file)
+        .map_err(|e| fail(format!("no output {}: {e}", out_file.display())))?;
+    let _ = std::fs::remove_file(&out_file);
+    let _ = std::fs::remove_file(&log_file);
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// The child side of [`Isolation::Subprocess`]: runs the task described by `spec_json` and
+/// writes its output to `out`.
+pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
+    let spec: TaskSpec = serde_json::from_str(spec_json)?;
+    let output = workloads::run_task(&spec)?;
+    std::fs::write(out, serde_json::to_string(&output)?)?;
+    Ok(())
+}

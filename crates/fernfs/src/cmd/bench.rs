@@ -1,0 +1,251 @@
+//! `fernfs bench engine`: the engine workloads E1–E7 against the peer engines compiled into
+//! this build (`--features peers`, `--features rocksdb`), with a table on stdout, progress on
+//! stderr and `--json FILE` records in the format of WORKLOADS.md "Reporting".
+//!
+//! Each task runs in a child process (this binary, re-executed with the hidden subcommand
+//! `bench engine-task`), so one engine's memory never counts against another's peak RSS.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use fern_bench::data::ValueKind;
+use fern_bench::procinfo::{self, Machine};
+use fern_bench::{
+    report, runner, BenchConfig, BenchError, Isolation, Progress, Sizes, System, Workload,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// `fernfs bench ...`
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// Which benchmark.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Engine workloads E1-E7: fern-tree against peer engines, same memory budget.
+    Engine(EngineArgs),
+    /// Runs one task of `bench engine` in this process (internal: the parent re-executes
+    /// itself so each engine's peak RSS is its own).
+    #[command(hide = true)]
+    EngineTask {
+        /// The task, as JSON.
+        #[arg(long)]
+        spec: String,
+        /// Where to write the task's records.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Options of `fernfs bench engine`.
+#[derive(Debug, Args)]
+pub struct EngineArgs {
+    /// Quick size: 1M keys, 32 MiB budget (full: 10M keys, 256 MiB).
+    #[arg(long)]
+    pub quick: bool,
+    /// Workloads to run (E1..E7; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Systems to run (default: every system compiled into this build).
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<String>,
+    /// Repetitions (default 3 full, 1 quick); medians are reported.
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Write the median records as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Scratch directory for the databases (default: a directory under the system temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Value kinds of E1 (incompressible, text).
+    #[arg(long, value_delimiter = ',', default_value = "incompressible,text")]
+    pub variants: Vec<String>,
+    /// Override the number of keys.
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// Override the memory budget, MiB.
+    #[arg(long)]
+    pub budget_mib: Option<u64>,
+    /// Override the number of E2 lookups.
+    #[arg(long)]
+    pub lookups: Option<u64>,
+    /// Seed of the generated data.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Do not drop the OS page cache before cold reads (it is dropped when running as root).
+    #[arg(long)]
+    pub no_drop_caches: bool,
+    /// Run every task in this process instead of a child process (peak RSS is then shared).
+    #[arg(long)]
+    pub in_process: bool,
+}
+
+/// Runs `fernfs bench ...`.
+pub fn run(args: BenchArgs) -> Result<(), BenchError> {
+    match args.command {
+        BenchCommand::Engine(e) => engine(e),
+        BenchCommand::EngineTask { spec, out } => runner::child_main(&spec, &out),
+    }
+}
+
+fn engine(a: EngineArgs) -> Result<(), BenchError> {
+    let mut sizes = if a.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
+    };
+    if let Some(k) = a.keys {
+        sizes.keys = k.max(1);
+    }
+    if let Some(m) = a.budget_mib {
+        sizes.budget_bytes = m << 20;
+    }
+    if let Some(l) = a.lookups {
+        sizes.lookups = l;
+    }
+    let systems = if a.systems.is_empty() {
+        System::compiled()
+    } else {
+        a.systems
+            .iter()
+            .map(|s| System::parse(s))
+            .collect::<Result<_, _>>()?
+    };
+    let workloads = if a.workloads.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        a.workloads
+            .iter()
+            .map(|w| Workload::parse(w))
+            .collect::<Result<_, _>>()?
+    };
+    if systems.is_empty() {
+        return Err(BenchError::Usage(
+            "no engine in this build (fern-tree is always built once its API is ready; peers \
+             need --features peers or rocksdb)"
+                .into(),
+        ));
+    }
+    let variants = a
+        .variants
+        .iter()
+        .map(|v| {
+            ValueKind::parse(v).ok_or_else(|| {
+                BenchError::Usage(format!("unknown variant {v:?}: incompressible, text"))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let dir = a.dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("fernfs-bench-{}", std::process::id()))
+    });
+    let isolation = if a.in_process {
+        Isolation::InProcess
+    } else {
+        Isolation::Subprocess {
+            program: std::env::current_exe()?,
+            args: vec![OsString::from("bench"), OsString::from("engine-task")],
+        }
+    };
+    let drop_caches = !a.no_drop_caches;
+    let cfg = BenchConfig {
+        systems,
+        workloads,
+        variants,
+        sizes,
+        reps: a.reps.unwrap_or(if a.quick { 1 } else { 3 }),
+        dir: dir.clone(),
+        seed: a.seed,
+        drop_caches,
+        isolation,
+    };
+
+    let machine = Machine::detect();
+    let command: Vec<String> = std::env::args().collect();
+    println!("# fernfs bench engine");
+    println!();
+    println!("- command: `{}`", command.join(" "));
+    println!("- machine: {}", machine.summary());
+    println!(
+        "- sizes: {} keys (16 B keys, 100 B values), budget {} MiB per engine, {} E2 lookups, \
+         batches of {}, {} repetition(s), seed {}",
+        cfg.sizes.keys,
+        cfg.sizes.budget_bytes >> 20,
+        cfg.sizes.lookups,
+        cfg.sizes.batch,
+        cfg.reps,
+        cfg.seed
+    );
+    let cold = if drop_caches && procinfo::is_root() {
+        "page cache dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before E2"
+    } else {
+        "page cache NOT dropped before E2 (not root, or --no-drop-caches)"
+    };
+    println!("- cold reads: {cold}");
+    println!();
+
+    let mut progress = Bar::new();
+    let out = runner::run(&cfg, &mut progress)?;
+    let _ = std::fs::remove_dir(&dir);
+
+    let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
+    println!("{}", report::markdown_table(&out.medians, &names));
+    if !out.notes.is_empty() {
+        println!("Notes:");
+        for n in &out.notes {
+            println!("- {n}");
+        }
+    }
+    if !out.failures.is_empty() {
+        println!("Failed tasks:");
+        for f in &out.failures {
+            println!("- {f}");
+        }
+    }
+    if let Some(path) = &a.json {
+        report::write_json(path, &out.medians)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Progress on stderr with indicatif.
+struct Bar {
+    bar: ProgressBar,
+}
+
+impl Bar {
+    fn new() -> Bar {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(500));
+        Bar { bar }
+    }
+}
+
+impl Progress for Bar {
+    fn start(&mut self, total: usize) {
+        self.bar.set_length(total as u64);
+    }
+
+    fn task(&mut self, index: usize, label: &str) {
+        self.bar.set_position(index as u64);
+        self.bar.set_message(label.to_string());
+    }
+
+    fn note(&mut self, text: &str) {
+        self.bar.println(text);
+    }
+
+    fn finish(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}

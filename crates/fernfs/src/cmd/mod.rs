@@ -1,0 +1,3 @@
+//! One module per subcommand of `fernfs`.
+
+pub mod bench;

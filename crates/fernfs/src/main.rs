@@ -1,0 +1,78 @@
+//! `fernfs`: the command-line tool of fernfs.
+//!
+//! Each subcommand lives in its own module under `cmd/` (today `bench`; `mkfs`, `mount`,
+//! `fsck`, `stat` and `bench fs` are added the same way). This file only parses the command
+//! line and dispatches; results go to stdout, progress and diagnostics to stderr.
+#![deny(unsafe_code)]
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// fernfs: a write-optimized file system on a Bε-tree.
+#[derive(Debug, Parser)]
+#[command(name = "fernfs", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Benchmarks of shared/WORKLOADS.md, side by side with peers.
+    Bench(cmd::bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => cmd::bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fernfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bench_engine_parses_lists() {
+        let cli = Cli::try_parse_from([
+            "fernfs",
+            "bench",
+            "engine",
+            "--quick",
+            "--workloads",
+            "E1,E3",
+            "--systems",
+            "fern-tree",
+            "--reps",
+            "2",
+            "--json",
+            "out.json",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command;
+        let cmd::bench::BenchCommand::Engine(e) = b.command else {
+            panic!("expected engine")
+        };
+        assert!(e.quick);
+        assert_eq!(e.workloads, vec!["E1", "E3"]);
+        assert_eq!(e.systems, vec!["fern-tree"]);
+        assert_eq!(e.reps, Some(2));
+    }
+}
