@@ -1,0 +1,509 @@
+//! [`TreeStore`]: the fern-kv [`KvStore`] over one fern-tree environment.
+//!
+//! Owns the mapping from [`TreeId`] to engine tree handles, the translation of fern-kv batches
+//! into engine batches, the conflict tracker of optimistic transactions and the apply gate that
+//! makes batches atomic to multi-leaf scans. It must never emulate what the engine does
+//! natively (upserts and range deletes are engine messages) and never read data the engine
+//! does not hand it (no private access to nodes).
+//!
+//! # Locking
+//!
+//! `gate` is a reader-writer lock. Applying a batch (plain write or transaction commit) holds it
+//! exclusively: conflict validation, `Env::write` and `ConflictTracker::record` happen together,
+//! so no commit slips between validation and application, and the tracker's sequence advances
+//! only after the batch is visible to readers (a transaction that begins in between sees an
+//! old sequence, which can only cause a spurious conflict, never a missed one). Scans hold it
+//! shared: the engine materializes one leaf at a time and releases its own lock between
+//! leaves, so without the gate a scan spanning several leaves could see half of a batch. Point
+//! reads do not take it: `Env::write` holds the engine's state lock for the whole batch and a
+//! point read holds it shared, so a get is already atomic against a batch.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+
+use fern_kv::occ::{ConflictTracker, ReadSet, TxnStart};
+use fern_kv::{
+    Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, Op, TreeId,
+    UpdateRegistry, WriteBatch, WriteOptions,
+};
+use fern_tree::device::BlockDevice;
+use fern_tree::{Env, Options, UpsertId};
+use parking_lot::RwLock;
+
+use crate::error::map_error;
+
+/// What one atomic batch may hold on fern-tree: no bound on ops or bytes (a batch is one set
+/// of messages in memory), and the engine's own key and value bounds.
+pub const ENGINE_LIMITS: Limits = Limits {
+    max_ops: None,
+    max_bytes: None,
+    max_key_len: fern_tree::MAX_KEY_LEN,
+    max_value_len: fern_tree::MAX_VALUE_LEN,
+};
+
+#[derive(Default)]
+struct Trees {
+    by_name: HashMap<String, TreeId>,
+    handles: Vec<fern_tree::Tree>,
+}
+
+/// A [`KvStore`] on a fern-tree [`Env`]: each fern-kv tree is a named tree of the environment,
+/// each batch one atomic engine batch, each upsert function registered with the engine under
+/// the same `u32` id.
+pub struct TreeStore {
+    env: Env,
+    trees: RwLock<Trees>,
+    registry: UpdateRegistry,
+    tracker: ConflictTracker,
+    /// Exclusive while a batch is applied; shared while a scan collects (see module docs).
+    gate: RwLock<()>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for TreeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeStore")
+            .field("env", &self.env)
+            .field("registry", &self.registry)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// Engine options with the default shape, a cache of `cache_bytes` and every function of
+/// `registry` registered under its id.
+fn options(cache_bytes: usize) -> Options {
+    Options {
+        cache_bytes,
+        ..Options::default()
+    }
+}
+
+fn with_registry(mut opts: Options, registry: &UpdateRegistry) -> Options {
+    for id in registry.ids() {
+        if let Some(f) = registry.get(id) {
+            // fern-kv's UpdateFn and fern-tree's UpsertFn are the same type.
+            opts.register_upsert(UpsertId(id.0), Arc::clone(f));
+        }
+    }
+    opts
+}
+
+impl TreeStore {
+    /// Creates a new environment in the file at `path` (absent or empty) with a node cache of
+    /// `cache_bytes` (at least 4 MiB with the default 1 MiB nodes).
+    pub fn create(
+        path: impl AsRef<Path>,
+        cache_bytes: usize,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        Self::create_with(path, options(cache_bytes), registry)
+    }
+
+    /// Opens the environment in the file at `path`.
+    pub fn open(
+        path: impl AsRef<Path>,
+        cache_bytes: usize,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        Self::open_with(path, options(cache_bytes), registry)
+    }
+
+    /// Opens the environment at `path`, creating it first if the file is absent or empty.
+    pub fn open_or_create(
+        path: impl AsRef<Path>,
+        cache_bytes: usize,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        let path = path.as_ref();
+        let fresh = match std::fs::metadata(path) {
+            Ok(m) => m.len() == 0,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(KvError::Io(e)),
+        };
+        if fresh {
+            Self::create(path, cache_bytes, registry)
+        } else {
+            Self::open(path, cache_bytes, registry)
+        }
+    }
+
+    /// Creates a new environment on an empty device (e.g. `MemDevice`, `CrashDevice`).
+    pub fn create_on(
+        dev: Arc<dyn BlockDevice>,
+        cache_bytes: usize,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        Self::create_on_with(dev, options(cache_bytes), registry)
+    }
+
+    /// Opens the environment on a device.
+    pub fn open_on(
+        dev: Arc<dyn BlockDevice>,
+        cache_bytes: usize,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        Self::open_on_with(dev, options(cache_bytes), registry)
+    }
+
+    /// [`TreeStore::create`] with full engine options (node shape, compression); the
+    /// functions of `registry` are added to `opts.upserts`.
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        opts: Options,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        let env = Env::create(path, with_registry(opts, &registry)).map_err(map_error)?;
+        Ok(Self::assemble(env, registry))
+    }
+
+    /// [`TreeStore::open`] with full engine options.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        opts: Options,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        let env = Env::open(path, with_registry(opts, &registry)).map_err(map_error)?;
+        Ok(Self::assemble(env, registry))
+    }
+
+    /// [`TreeStore::create_on`] with full engine options.
+    pub fn create_on_with(
+        dev: Arc<dyn BlockDevice>,
+        opts: Options,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        let env = Env::create_on(dev, with_registry(opts, &registry)).map_err(map_error)?;
+        Ok(Self::assemble(env, registry))
+    }
+
+    /// [`TreeStore::open_on`] with full engine options.
+    pub fn open_on_with(
+        dev: Arc<dyn BlockDevice>,
+        opts: Options,
+        registry: UpdateRegistry,
+    ) -> KvResult<Self> {
+        let env = Env::open_on(dev, with_registry(opts, &registry)).map_err(map_error)?;
+        Ok(Self::assemble(env, registry))
+    }
+
+    fn assemble(env: Env, registry: UpdateRegistry) -> Self {
+        TreeStore {
+            env,
+            trees: RwLock::new(Trees::default()),
+            registry,
+            tracker: ConflictTracker::new(),
+            gate: RwLock::new(()),
+            limits: ENGINE_LIMITS,
+        }
+    }
+
+    /// The same store enforcing `limits` where they are stricter than the engine's (e.g.
+    /// etcd's 128 ops per batch, to test a caller's step splitting on a real engine).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        let tighter = |ours: Option<usize>, theirs: Option<usize>| match (ours, theirs) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.limits = Limits {
+            max_ops: tighter(self.limits.max_ops, limits.max_ops),
+            max_bytes: tighter(self.limits.max_bytes, limits.max_bytes),
+            max_key_len: self.limits.max_key_len.min(limits.max_key_len),
+            max_value_len: self.limits.max_value_len.min(limits.max_value_len),
+        };
+        self
+    }
+
+    /// The engine environment (statistics, tree names). Writing through it bypasses the
+    /// store's conflict tracking, so transactions would not see those writes as conflicts.
+    pub fn env(&self) -> &Env {
+        &self.env
+    }
+
+    /// Makes everything durable and closes the environment. Dropping the store without closing
+    /// also checkpoints, best effort, without reporting failure.
+    pub fn close(self) -> KvResult<()> {
+        self.env.close().map_err(map_error)
+    }
+
+    /// The engine handle behind `id`.
+    fn handle(&self, id: TreeId) -> KvResult<fern_tree::Tree> {
+        self.trees
+            .read()
+            .handles
+            .get(id.0 as usize)
+            .cloned()
+            .ok_or(KvError::InvalidTree(id))
+    }
+
+    /// Checks `batch` and builds the engine batch, before any lock is taken. Inverted or empty
+    /// range deletes remove nothing, so they are left out (the engine is never asked to
+    /// interpret them).
+    fn translate(&self, batch: &WriteBatch) -> KvResult<fern_tree::WriteBatch> {
+        batch.check(&self.limits)?;
+        let trees = self.trees.read();
+        let handle = |id: TreeId| {
+            trees
+                .handles
+                .get(id.0 as usize)
+                .ok_or(KvError::InvalidTree(id))
+        };
+        let mut out = fern_tree::WriteBatch::new();
+        for op in batch.ops() {
+            let t = handle(op.tree())?;
+            match op {
+                Op::Put { key, value, .. } => out.insert(t, key, value),
+                Op::Delete { key, .. } => out.delete(t, key),
+                Op::Upsert { key, func, arg, .. } => {
+                    if self.registry.get(*func).is_none() {
+                        return Err(KvError::UnknownUpdateFn(*func));
+                    }
+                    out.upsert(t, key, UpsertId(func.0), arg);
+                }
+                Op::DeleteRange { lo, hi, .. } => {
+                    if lo < hi {
+                        out.delete_range(t, lo, hi);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applies a translated batch and records it for conflict detection. The caller holds
+    /// `gate` exclusively.
+    fn apply_locked(&self, batch: &WriteBatch, engine: fern_tree::WriteBatch) -> KvResult<()> {
+        let r = self.env.write(engine).map_err(map_error);
+        // Recorded even on failure: a failed engine write may have applied part of the batch
+        // before poisoning the environment, and an extra record costs at most a spurious
+        // conflict.
+        self.tracker.record(batch);
+        r
+    }
+
+    /// Makes every write that returned so far durable.
+    ///
+    /// Today this is a checkpoint; once fern-tree has its write-ahead log it becomes a log
+    /// sync (`Env::sync`), and sync writes become `Env::write_with(batch, Durability::Sync)`.
+    /// This function is the only place that knows.
+    fn make_durable(&self) -> KvResult<()> {
+        self.env.checkpoint().map_err(map_error)
+    }
+
+    fn read_scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let t = self.handle(tree)?;
+        if limit == 0 || range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _shared = self.gate.read();
+        match dir {
+            Direction::Forward => scan_forward(&t, range, limit),
+            Direction::Reverse => scan_reverse(&t, range, limit),
+        }
+    }
+}
+
+fn scan_forward(
+    t: &fern_tree::Tree,
+    range: &KeyRange,
+    limit: usize,
+) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    let (lo, hi) = range.as_bounds();
+    let mut out = Vec::new();
+    t.scan(lo, hi, |k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        out.len() < limit
+    })
+    .map_err(map_error)?;
+    Ok(out)
+}
+
+fn scan_reverse(
+    t: &fern_tree::Tree,
+    range: &KeyRange,
+    limit: usize,
+) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut c = t.cursor();
+    match &range.hi {
+        Bound::Unbounded => c.seek_last(),
+        Bound::Included(k) => c.seek_for_prev(k),
+        Bound::Excluded(k) => c.seek_before(k),
+    }
+    .map_err(map_error)?;
+    let mut out = Vec::new();
+    while let Some((k, v)) = c.current() {
+        let above_lo = match &range.lo {
+            Bound::Unbounded => true,
+            Bound::Included(l) => k >= l.as_slice(),
+            Bound::Excluded(l) => k > l.as_slice(),
+        };
+        if !above_lo {
+            break;
+        }
+        out.push((k.to_vec(), v.to_vec()));
+        if out.len() == limit || !c.prev().map_err(map_error)? {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+impl KvRead for TreeStore {
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.handle(tree)?.get(key).map_err(map_error)
+    }
+
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.read_scan(tree, range, dir, limit)
+    }
+}
+
+impl KvStore for TreeStore {
+    fn tree(&self, name: &str) -> KvResult<TreeId> {
+        if let Some(id) = self.trees.read().by_name.get(name) {
+            return Ok(*id);
+        }
+        let mut trees = self.trees.write();
+        if let Some(id) = trees.by_name.get(name) {
+            return Ok(*id);
+        }
+        let handle = self.env.tree(name).map_err(|e| match e {
+            // Names the engine cannot hold (empty, over 255 bytes): unknown and uncreatable.
+            fern_tree::Error::InvalidArgument(_) => KvError::UnknownTree(name.to_owned()),
+            e => map_error(e),
+        })?;
+        let id = TreeId(
+            u32::try_from(trees.handles.len())
+                .map_err(|_| KvError::UnknownTree(name.to_owned()))?,
+        );
+        trees.handles.push(handle);
+        trees.by_name.insert(name.to_owned(), id);
+        Ok(id)
+    }
+
+    fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
+        let engine = self.translate(&batch)?;
+        {
+            let _exclusive = self.gate.write();
+            self.apply_locked(&batch, engine)?;
+        }
+        if opts.sync {
+            self.make_durable()?;
+        }
+        Ok(())
+    }
+
+    fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
+        Ok(Box::new(TreeTxn {
+            store: self,
+            start: Some(self.tracker.begin()),
+            reads: RefCell::new(ReadSet::default()),
+            batch: WriteBatch::new(),
+        }))
+    }
+
+    fn sync(&self) -> KvResult<()> {
+        self.make_durable()
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+}
+
+/// An optimistic transaction on a [`TreeStore`]: reads go straight to the engine and are
+/// recorded; writes wait in `batch` until commit.
+struct TreeTxn<'a> {
+    store: &'a TreeStore,
+    /// `None` once handed back to the tracker.
+    start: Option<TxnStart>,
+    reads: RefCell<ReadSet>,
+    batch: WriteBatch,
+}
+
+impl KvRead for TreeTxn<'_> {
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.reads.borrow_mut().read_key(tree, key);
+        self.store.get(tree, key)
+    }
+
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let pairs = self.store.read_scan(tree, range, dir, limit)?;
+        self.reads
+            .borrow_mut()
+            .read_range(tree, covered(range, dir, limit, &pairs));
+        Ok(pairs)
+    }
+}
+
+/// The part of `range` a scan's answer depends on. A scan cut short by `limit` never looked
+/// past its last key, so only the range up to (forward) or down to (reverse) that key counts;
+/// otherwise the whole range does, since an insertion anywhere in it would change the answer.
+fn covered(range: &KeyRange, dir: Direction, limit: usize, pairs: &[(Vec<u8>, Vec<u8>)]) -> KeyRange {
+    let mut r = range.clone();
+    if pairs.len() == limit {
+        if let Some((last, _)) = pairs.last() {
+            match dir {
+                Direction::Forward => r.hi = Bound::Included(last.clone()),
+                Direction::Reverse => r.lo = Bound::Included(last.clone()),
+            }
+        }
+    }
+    r
+}
+
+impl KvTxn for TreeTxn<'_> {
+    fn batch(&mut self) -> &mut WriteBatch {
+        &mut self.batch
+    }
+
+    fn commit(mut self: Box<Self>, opts: WriteOptions) -> KvResult<()> {
+        let Some(start) = self.start.take() else {
+            return Err(KvError::Unavailable("transaction already finished".into()));
+        };
+        let store = self.store;
+        let result = store.translate(&self.batch).and_then(|engine| {
+            let _exclusive = store.gate.write();
+            if store.tracker.conflicts(start, &self.reads.borrow()) {
+                Err(KvError::Conflict)
+            } else {
+                store.apply_locked(&self.batch, engine)
+            }
+        });
+        store.tracker.end(start);
+        result?;
+        if opts.sync {
+            store.make_durable()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TreeTxn<'_> {
+    fn drop(&mut self) {
+        if let Some(start) = self.start.take() {
+            self.store.tracker.end(start);
+        }
+    }
+}
