@@ -2,6 +2,8 @@
 //! per-transaction limits.
 
 mod common;
+#[allow(unused_imports)] // unused when another backend's test crate includes this file
+use common::mem_store as open_store;
 
 use fern_fs::path::OpenOptions;
 use fern_fs::{FileType, MkfsOptions, OpenFlags};

@@ -4,6 +4,8 @@
 //! keys) must agree. Cases: FERN_PROPTEST_CASES (default 96).
 
 mod common;
+#[allow(unused_imports)] // unused when another backend's test crate includes this file
+use common::mem_store as open_store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

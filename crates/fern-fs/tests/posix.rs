@@ -1,6 +1,8 @@
 //! POSIX edge cases, one test per rule, through the path API and the inode API.
 
 mod common;
+#[allow(unused_imports)] // unused when another backend's test crate includes this file
+use common::mem_store as open_store;
 
 use common::env;
 use fern_fs::path::OpenOptions;

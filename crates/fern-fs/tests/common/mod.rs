@@ -1,5 +1,9 @@
 //! Shared test fixtures: a file system on the memory backend, and a store wrapper that counts
 //! reads so tests can assert "no read before write".
+//!
+//! Backend hook: stores come from `crate::open_store`. Each test root here says
+//! `use common::mem_store as open_store;`; a test crate of another backend includes a root with
+//! `#[path]` and defines its own `open_store` at its crate root (fern-kv-tree does this).
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,7 +13,8 @@ use fern_fs::path::PathFs;
 use fern_fs::{Cred, Fs, MkfsOptions};
 use fern_kv::mem::MemStore;
 use fern_kv::{
-    Direction, KeyRange, KvRead, KvResult, KvStore, KvTxn, Limits, TreeId, WriteBatch, WriteOptions,
+    Direction, KeyRange, KvRead, KvResult, KvStore, KvTxn, Limits, TreeId, UpdateRegistry,
+    WriteBatch, WriteOptions,
 };
 
 pub struct Env {
@@ -28,7 +33,7 @@ pub fn env_with(opts: MkfsOptions) -> Env {
 
 /// A file system on a memory store that enforces `limits` (e.g. etcd's 128 ops per batch).
 pub fn env_limited(opts: MkfsOptions, limits: Limits) -> Env {
-    let store = Arc::new(CountingStore::new(MemStore::with_limits(
+    let store = Arc::new(CountingStore::new(crate::open_store(
         fern_fs::registry(),
         limits,
     )));
@@ -59,14 +64,19 @@ impl Env {
     }
 }
 
-/// Delegates to a MemStore, counting reads (store-level and inside transactions).
+/// The memory backend, enforcing `limits`.
+pub fn mem_store(registry: UpdateRegistry, limits: Limits) -> Box<dyn KvStore> {
+    Box::new(MemStore::with_limits(registry, limits))
+}
+
+/// Delegates to a store, counting reads (store-level and inside transactions).
 pub struct CountingStore {
-    pub inner: MemStore,
+    pub inner: Box<dyn KvStore>,
     pub reads: AtomicUsize,
 }
 
 impl CountingStore {
-    pub fn new(inner: MemStore) -> Self {
+    pub fn new(inner: Box<dyn KvStore>) -> Self {
         Self {
             inner,
             reads: AtomicUsize::new(0),

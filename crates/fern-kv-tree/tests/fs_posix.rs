@@ -1,0 +1,8 @@
+//! fern-fs's `tests/posix.rs`, unchanged, on the fern-tree backend.
+
+#[path = "fs_common.rs"]
+mod fs_common;
+use fs_common::open_store;
+
+#[path = "../../fern-fs/tests/posix.rs"]
+mod posix;
