@@ -1,0 +1,640 @@
+//! The FUSE request handlers: [`FernFuse`] implements `fuser::Filesystem` over a shared
+//! [`fern_fs::Fs`]. Each callback is one call into fern-fs and one `match` onto the reply;
+//! failures become errnos only through `FsError::errno` (see `convert::errno`). It owns the
+//! kernel-facing choices (capabilities, TTLs, open flags) and must never implement file-system
+//! semantics itself: anything more than translating arguments belongs in fern-fs.
+//!
+//! Kernel semantics relied on:
+//! * **Lookup counts.** Every reply that carries an entry (lookup, create, mknod, mkdir,
+//!   symlink, link, and each non-`.`/`..` entry of readdirplus) makes the kernel count one
+//!   lookup of that inode; fern-fs pins the inode in those same calls, and `forget` /
+//!   `batch_forget` drop the count. An inode the kernel still knows (or that is open) therefore
+//!   always resolves, even after its last name is gone (then it is an orphan, freed at the
+//!   last release). Entries that fern-fs pinned but that did not fit into a readdirplus reply
+//!   are forgotten at once, so counts stay exact.
+//! * **TTLs.** Entries and attributes are cached for `entry_ttl` / `attr_ttl` (1 s by
+//!   default). The kernel invalidates what its own requests change; this mount is the only
+//!   writer of its store, so nothing else changes behind it.
+//! * **ENOSYS is permanent.** Callbacks left unimplemented (`lseek`, `copy_file_range`,
+//!   `getlk`/`setlk`, `ioctl`, `poll`, `bmap`) answer ENOSYS once and the kernel then uses its
+//!   generic fallbacks for the life of the mount: SEEK_DATA/SEEK_HOLE treat the whole file as
+//!   data, copies go through read/write, and POSIX/flock locks are kept by the kernel, local
+//!   to this mount (correct, as there is one mount per store).
+//! * **Generation 0.** Inode numbers are never reused while a store lives, so the generation
+//!   never needs to distinguish incarnations.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fern_fs::perm::{self, Cred};
+use fern_fs::{Fh, Fs, FsError, InodeId, SetAttr};
+use fuser::{
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+
+use crate::convert::{errno, file_attr, kind, open_flags, time_set, timespec};
+use crate::options::MountOptions;
+
+/// Entries asked of fern-fs per readdir request: a 4 KiB reply holds about 100 short names.
+const READDIR_BATCH: usize = 128;
+/// Entries per readdirplus request: each carries ~150 bytes of attributes.
+const READDIRPLUS_BATCH: usize = 32;
+/// Generation of every inode (ids are never reused).
+const GEN: Generation = Generation(0);
+
+/// The FUSE file system of one mount.
+pub struct FernFuse {
+    fs: Arc<Fs>,
+    entry_ttl: Duration,
+    attr_ttl: Duration,
+    writeback: bool,
+    max_write: u32,
+}
+
+impl FernFuse {
+    /// An adapter serving `fs` with the kernel-facing choices of `opts`.
+    pub fn new(fs: Arc<Fs>, opts: &MountOptions) -> Self {
+        Self {
+            fs,
+            entry_ttl: opts.entry_ttl,
+            attr_ttl: opts.attr_ttl,
+            writeback: opts.writeback_cache,
+            max_write: opts.max_write,
+        }
+    }
+}
+
+fn ino(i: INodeNo) -> InodeId {
+    InodeId(i.0)
+}
+
+fn fh(f: FileHandle) -> Fh {
+    Fh(f.0)
+}
+
+fn cred(req: &Request) -> Cred {
+    // FUSE passes the caller's fsuid/fsgid but not its supplementary groups; with
+    // default_permissions the kernel has already done every check that needs them.
+    Cred::user(req.uid(), req.gid())
+}
+
+fn name(n: &OsStr) -> &[u8] {
+    n.as_bytes()
+}
+
+/// Open flags fern-fs keeps for a handle: page cache kept across opens (this mount is the only
+/// writer, and without the writeback cache every write goes through the kernel to us, so the
+/// cache never holds stale data).
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
+impl Filesystem for FernFuse {
+    /// Capabilities, each requested only if the kernel offers it:
+    /// * PARALLEL_DIROPS: lookups and readdirs in one directory run concurrently (fern-fs
+    ///   serializes on its own stripe locks where it must).
+    /// * DO_READDIRPLUS + READDIRPLUS_AUTO: a listing returns attributes too, saving one lookup
+    ///   per entry for `ls -l`-style scans; the kernel switches it off for plain listings.
+    /// * ATOMIC_O_TRUNC: open(O_TRUNC) is one request (fern-fs truncates in `open`).
+    /// * CACHE_SYMLINKS: symlink targets never change, so the kernel may cache them.
+    /// * WRITEBACK_CACHE, only with `-o writeback_cache` (see `MountOptions`).
+    /// * max_write 1 MiB (with MAX_PAGES, which fuser requests when offered).
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.writeback {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        if self.writeback
+            && !config
+                .capabilities()
+                .contains(InitFlags::FUSE_WRITEBACK_CACHE)
+        {
+            // The kernel refused: O_APPEND must then be honoured by fern-fs again.
+            self.writeback = false;
+        }
+        if let Err(nearest) = config.set_max_write(self.max_write) {
+            let _ = config.set_max_write(nearest);
+        }
+        Ok(())
+    }
+
+    /// Unmount: make everything acknowledged durable before the session ends.
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.syncfs() {
+            log::error!("sync at unmount failed: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(ino(parent), name(n)) {
+            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {
+        self.fs.forget(ino(i), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino(i)) {
+            Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let sa = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+            ctime: ctime.map(timespec),
+        };
+        match self.fs.setattr(ino(i), &sa) {
+            Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino(i)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// `mode` arrives with the umask already applied (we do not ask for FUSE_DONT_MASK).
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        match self
+            .fs
+            .mknod(&cred(req), ino(parent), name(n), mode, u64::from(rdev))
+        {
+            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match self
+            .fs
+            .mkdir(&cred(req), ino(parent), name(n), mode & 0o7777)
+        {
+            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match self.fs.unlink(ino(parent), name(n)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match self.fs.rmdir(ino(parent), name(n)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let target = target.as_os_str().as_bytes();
+        match self
+            .fs
+            .symlink(&cred(req), ino(parent), name(link_name), target)
+        {
+            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// RENAME_WHITEOUT (overlayfs) is passed on and refused by fern-fs as EINVAL.
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.rename(
+            ino(parent),
+            name(n),
+            ino(newparent),
+            name(newname),
+            flags.bits(),
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        match self.fs.link(ino(i), ino(newparent), name(newname)) {
+            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(ino(i), open_flags(flags.0, self.writeback)) {
+            Ok(h) => reply.opened(FileHandle(h.0), OPEN_FLAGS),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino(i), offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        f: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // max_write (<= 16 MiB) bounds `data`, so the count fits in u32.
+        match self.fs.write(fh(f), offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// close(2) of one descriptor: fern-fs buffers nothing per handle, so nothing to do.
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        f: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.release(fh(f)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fsync(ino(i), datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(ino(i)) {
+            Ok(h) => reply.opened(FileHandle(h.0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Offsets 1 and 2 are `.` and `..`; fern-fs's handle offsets follow, shifted by 2.
+    fn readdir(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        f: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dir = ino(i);
+        if offset < 1 && reply.add(i, 1, fuser::FileType::Directory, ".") {
+            return reply.ok();
+        }
+        if offset < 2 {
+            let parent = match self.fs.parent_of(dir) {
+                Ok(p) => p,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if reply.add(INodeNo(parent.0), 2, fuser::FileType::Directory, "..") {
+                return reply.ok();
+            }
+        }
+        match self
+            .fs
+            .readdir(fh(f), offset.saturating_sub(2), READDIR_BATCH, false)
+        {
+            Ok(entries) => {
+                for (off, e) in entries {
+                    let n = OsStr::from_bytes(&e.name);
+                    if reply.add(INodeNo(e.ino.0), off + 2, kind(e.kind), n) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// As `readdir`, with attributes. The kernel counts a lookup for every entry it accepts
+    /// except `.` and `..`; fern-fs pinned every entry it returned, so those that did not fit
+    /// are forgotten here.
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        f: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let dir = ino(i);
+        for (off, n) in [(1u64, "."), (2, "..")] {
+            if offset >= off {
+                continue;
+            }
+            let target = if off == 1 {
+                Ok(dir)
+            } else {
+                self.fs.parent_of(dir)
+            };
+            let attr = match target.and_then(|t| self.fs.getattr(t)) {
+                Ok(a) => a,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let fa = file_attr(&attr);
+            if reply.add(fa.ino, off, n, &self.entry_ttl, &fa, GEN) {
+                return reply.ok();
+            }
+        }
+        match self
+            .fs
+            .readdir(fh(f), offset.saturating_sub(2), READDIRPLUS_BATCH, true)
+        {
+            Ok(entries) => {
+                let mut full = false;
+                for (off, e) in entries {
+                    match (&e.attr, full) {
+                        (Some(a), false) => {
+                            let n = OsStr::from_bytes(&e.name);
+                            full = reply.add(
+                                INodeNo(e.ino.0),
+                                off + 2,
+                                n,
+                                &self.entry_ttl,
+                                &file_attr(a),
+                                GEN,
+                            );
+                            if full {
+                                self.fs.forget(e.ino, 1);
+                            }
+                        }
+                        _ => self.fs.forget(e.ino, 1),
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        f: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.releasedir(fh(f)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fsync(ino(i), datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.setxattr(ino(i), name(n), value, flags as u32) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// `size == 0` asks for the length only; a value longer than `size` is ERANGE.
+    fn getxattr(&self, _req: &Request, i: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino(i), name(n)) {
+            Ok(v) => xattr_reply(reply, &v, size),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino(i)) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                xattr_reply(reply, &buf, size)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, i: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match self.fs.removexattr(ino(i), name(n)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Only sent without default_permissions (access(2), and execve's checks).
+    fn access(&self, req: &Request, i: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let checked = self
+            .fs
+            .getattr(ino(i))
+            .and_then(|a| perm::check_access(&a, &cred(req), mask.bits() as u32 & 7));
+        match checked {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let of = open_flags(flags, self.writeback);
+        match self
+            .fs
+            .create(&cred(req), ino(parent), name(n), mode & 0o7777, of)
+        {
+            Ok((a, h)) => reply.created(
+                &self.entry_ttl,
+                &file_attr(&a),
+                GEN,
+                FileHandle(h.0),
+                OPEN_FLAGS,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fallocate(ino(i), mode as u32, offset, length) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, v: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(v.len() as u32);
+    } else if v.len() > size as usize {
+        reply.error(errno(&FsError::Range));
+    } else {
+        reply.data(v);
+    }
+}

@@ -1,0 +1,23 @@
+//! fern-fuse: the FUSE adapter of fernfs. It serves a [`fern_fs::Fs`] to the kernel through the
+//! `fuser` crate (pure-Rust mount: the `mount(2)` syscall as root, `fusermount3` otherwise; no
+//! libfuse build dependency).
+//!
+//! * [`FernFuse`]: the request handlers — one fern-fs call and one reply match each.
+//! * [`MountOptions`]: the `-o` vocabulary and the kernel-caching choices, each documented.
+//! * [`Mounted`] / [`serve`]: running a session, and the shutdown order that keeps every
+//!   acknowledged write.
+//!
+//! Request handling is multi-threaded: fuser 0.18's `Filesystem` takes `&self` and its session
+//! runs `threads` loops on the one `/dev/fuse` channel; fern-fs is `Sync` and does its own
+//! (striped) locking. It must never hold file-system state of its own beyond what a reply needs.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod adapter;
+mod convert;
+mod options;
+mod session;
+
+pub use adapter::FernFuse;
+pub use options::{parse_size, MountOptions, OptionError};
+pub use session::{fusermount_unmount, lazy_unmount, serve, Mounted, Stopped};

@@ -1,0 +1,224 @@
+//! Mount options: the mount(8)-style `-o a,b=c` vocabulary of `fernfs mount`, parsed into
+//! [`MountOptions`], and their translation into fuser's session [`fuser::Config`]. It owns the
+//! defaults and why they are what they are; it must never touch the file system.
+
+use std::time::Duration;
+
+use fuser::{Config, MountOption, SessionACL};
+
+/// How a fernfs mount talks to the kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MountOptions {
+    /// Mount read-only (`ro`).
+    pub read_only: bool,
+    /// Let other users use the mount (`allow_other`; needs root or `user_allow_other` in
+    /// /etc/fuse.conf). Off unless asked: a FUSE mount is private to its owner by default.
+    pub allow_other: bool,
+    /// Let the kernel check permissions from the attributes we return (`default_permissions`).
+    /// On by default: fern-fs's own checks are then only needed by the library API, and the
+    /// kernel's checks also cover what FUSE never sends us (e.g. search permission on every
+    /// path component of a cached lookup). `-o nodefault_permissions` turns it off, and then
+    /// the adapter checks with `fern_fs::perm` itself.
+    pub default_permissions: bool,
+    /// How long the kernel may trust a name→inode answer (`entry_timeout=SECS`).
+    pub entry_ttl: Duration,
+    /// How long the kernel may trust attributes (`attr_timeout=SECS`).
+    pub attr_ttl: Duration,
+    /// Kernel writeback cache (`writeback_cache`): writes are gathered in the page cache and
+    /// sent in large chunks; the kernel owns size and mtime while a file is cached. Off by
+    /// default because a crash of the *kernel side* can then lose writes that `write(2)`
+    /// already acknowledged to the application until they are flushed (which is also true of
+    /// every local file system, but FUSE users rarely expect it).
+    pub writeback_cache: bool,
+    /// Request-handling threads (`threads=N`).
+    pub threads: usize,
+    /// Largest write the kernel sends in one request (`max_write=BYTES`), 1 MiB by default:
+    /// a larger write means fewer requests and fewer (bigger) batches in the store.
+    pub max_write: u32,
+    /// Store cache size in bytes (`cache_size=BYTES`, suffixes k/m/g); used by whoever opens
+    /// the store, not by the adapter.
+    pub cache_size: Option<u64>,
+    /// Options the adapter does not know, passed through to the kernel mount (`dev`, `suid`...).
+    pub passthrough: Vec<String>,
+    /// `fsname` shown in /proc/mounts.
+    pub fsname: String,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        Self {
+            read_only: false,
+            allow_other: false,
+            default_permissions: true,
+            // One writer (this mount) changes the namespace, and the kernel invalidates its
+            // own entries and attributes on every operation it sends us; so the TTL only
+            // bounds how long the kernel may miss a change made *behind* it (fsck --repair
+            // of a mounted image, which is refused, or a future second writer). One second
+            // is libfuse's default and costs one getattr/lookup per second per hot inode.
+            entry_ttl: Duration::from_secs(1),
+            attr_ttl: Duration::from_secs(1),
+            writeback_cache: false,
+            threads: 4,
+            max_write: 1 << 20,
+            cache_size: None,
+            passthrough: Vec::new(),
+            fsname: "fernfs".into(),
+        }
+    }
+}
+
+/// A malformed option.
+#[derive(Debug, thiserror::Error)]
+#[error("bad mount option `{0}`: {1}")]
+pub struct OptionError(pub String, pub &'static str);
+
+impl MountOptions {
+    /// Applies a comma-separated option string (may be given several times, later wins).
+    pub fn parse_into(&mut self, s: &str) -> Result<(), OptionError> {
+        for opt in s.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, val) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let bad = |why| OptionError(opt.to_string(), why);
+            let num = |v: Option<&str>| -> Result<u64, OptionError> {
+                v.ok_or_else(|| bad("needs a value"))
+                    .and_then(|v| parse_size(v).ok_or_else(|| bad("not a number")))
+            };
+            let secs = |v: Option<&str>| -> Result<Duration, OptionError> {
+                v.and_then(|v| v.parse::<f64>().ok())
+                    .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
+                    .map(Duration::from_secs_f64)
+                    .ok_or_else(|| bad("needs seconds"))
+            };
+            match key {
+                "ro" => self.read_only = true,
+                "rw" => self.read_only = false,
+                "allow_other" => self.allow_other = true,
+                "default_permissions" => self.default_permissions = true,
+                "nodefault_permissions" => self.default_permissions = false,
+                "writeback_cache" => self.writeback_cache = true,
+                "no_writeback_cache" => self.writeback_cache = false,
+                "entry_timeout" => self.entry_ttl = secs(val)?,
+                "attr_timeout" => self.attr_ttl = secs(val)?,
+                "threads" => {
+                    let n = num(val)?;
+                    if !(1..=256).contains(&n) {
+                        return Err(bad("threads must be 1..=256"));
+                    }
+                    self.threads = n as usize;
+                }
+                "max_write" => {
+                    let n = num(val)?;
+                    if !(4096..=16 << 20).contains(&n) {
+                        return Err(bad("max_write must be 4096..=16M"));
+                    }
+                    self.max_write = n as u32;
+                }
+                "cache_size" => self.cache_size = Some(num(val)?),
+                "fsname" => self.fsname = val.ok_or_else(|| bad("needs a value"))?.to_string(),
+                // mount(8) and fstab noise that means nothing to a FUSE mount.
+                "defaults" | "auto" | "noauto" | "user" | "users" | "nofail" | "_netdev" => {}
+                k if k.starts_with("x-") || k.starts_with("comment=") => {}
+                _ => self.passthrough.push(opt.to_string()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Back to the `-o` string form (for re-executing the daemon).
+    pub fn to_option_string(&self) -> String {
+        let mut v: Vec<String> = vec![if self.read_only { "ro" } else { "rw" }.into()];
+        if self.allow_other {
+            v.push("allow_other".into());
+        }
+        v.push(
+            if self.default_permissions {
+                "default_permissions"
+            } else {
+                "nodefault_permissions"
+            }
+            .into(),
+        );
+        if self.writeback_cache {
+            v.push("writeback_cache".into());
+        }
+        v.push(format!("entry_timeout={}", self.entry_ttl.as_secs_f64()));
+        v.push(format!("attr_timeout={}", self.attr_ttl.as_secs_f64()));
+        v.push(format!("threads={}", self.threads));
+        v.push(format!("max_write={}", self.max_write));
+        if let Some(c) = self.cache_size {
+            v.push(format!("cache_size={c}"));
+        }
+        v.push(format!("fsname={}", self.fsname));
+        v.extend(self.passthrough.iter().cloned());
+        v.join(",")
+    }
+
+    /// The fuser session configuration.
+    pub fn fuser_config(&self) -> Config {
+        let mut c = Config::default();
+        let mut o = vec![
+            MountOption::FSName(self.fsname.clone()),
+            MountOption::Subtype("fernfs".into()),
+            if self.read_only {
+                MountOption::RO
+            } else {
+                MountOption::RW
+            },
+        ];
+        if self.default_permissions {
+            o.push(MountOption::DefaultPermissions);
+        }
+        o.extend(self.passthrough.iter().cloned().map(MountOption::CUSTOM));
+        c.mount_options = o;
+        c.acl = if self.allow_other {
+            SessionACL::All
+        } else {
+            SessionACL::Owner
+        };
+        c.n_threads = Some(self.threads);
+        c
+    }
+}
+
+/// `123`, `64k`, `256M`, `2g` as bytes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_round_trips() {
+        let mut o = MountOptions::default();
+        o.parse_into("ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,defaults")
+            .unwrap();
+        assert!(o.read_only && o.allow_other);
+        assert_eq!(o.threads, 8);
+        assert_eq!(o.cache_size, Some(64 << 20));
+        assert_eq!(o.attr_ttl, Duration::from_millis(500));
+        assert_eq!(o.passthrough, vec!["noatime".to_string()]);
+        let mut p = MountOptions::default();
+        p.parse_into(&o.to_option_string()).unwrap();
+        assert_eq!(o, p);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let mut o = MountOptions::default();
+        assert!(o.parse_into("threads=0").is_err());
+        assert!(o.parse_into("threads=x").is_err());
+        assert!(o.parse_into("attr_timeout=-1").is_err());
+        assert!(o.parse_into("max_write=1").is_err());
+    }
+}

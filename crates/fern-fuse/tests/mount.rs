@@ -1,0 +1,285 @@
+//! A real FUSE mount in a temporary directory: file, directory, symlink, hard link, rename,
+//! unlink-while-open, truncate and xattr operations through std::fs and libc; then unmount,
+//! remount over the same store and check that everything persisted.
+//!
+//! Needs /dev/fuse and the right to mount (root, or fusermount3). Without them the test says
+//! SKIPPED on stderr and returns; it never passes silently in a way that hides a broken mount
+//! (a mount that fails for any other reason fails the test). A watchdog detaches the mount and
+//! aborts if anything hangs.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fern_fs::{Fs, MkfsOptions};
+use fern_fuse::{MountOptions, Mounted};
+use fern_kv::mem::MemStore;
+use fern_kv::KvStore;
+
+fn fuse_available() -> Result<(), String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is absent".into());
+    }
+    let root = nix::unistd::geteuid().is_root();
+    let helper = std::process::Command::new("fusermount3")
+        .arg("-V")
+        .output()
+        .is_ok();
+    if !root && !helper {
+        return Err("not root and no fusermount3".into());
+    }
+    Ok(())
+}
+
+/// Detaches the mount and aborts the test process if the test has not finished in time.
+struct Watchdog(Arc<AtomicBool>);
+
+impl Watchdog {
+    fn new(mountpoint: &Path, limit: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let mp = mountpoint.to_path_buf();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while start.elapsed() < limit {
+                if d.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("watchdog: test hung; detaching {}", mp.display());
+            let _ = fern_fuse::lazy_unmount(&mp);
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let p = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    // SAFETY: both strings are NUL-terminated and live across the call; value is a valid
+    // slice of the length passed.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get_xattr(p: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let p = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: strings are NUL-terminated; buf is writable for buf.len() bytes.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+fn list_xattr(p: &Path) -> std::io::Result<Vec<String>> {
+    let p = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: the path is NUL-terminated; buf is writable for buf.len() bytes.
+    let r = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect())
+}
+
+fn mount(kv: &Arc<dyn KvStore>, mp: &Path) -> Mounted {
+    let fs = Arc::new(Fs::mount(kv.clone()).expect("fern-fs mount"));
+    Mounted::spawn(fs, mp, &MountOptions::default()).expect("FUSE mount")
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn posix_operations_through_a_real_mount_persist_across_remount() {
+    if let Err(why) = fuse_available() {
+        eprintln!("SKIPPED: real FUSE mount test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
+
+    let kv: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
+    Fs::mkfs(&*kv, MkfsOptions::default()).unwrap();
+    let m = mount(&kv, &mp);
+
+    // Files: create, write, read back, append, truncate (shrink and extend).
+    let f = mp.join("hello.txt");
+    fs::write(&f, b"hello, fern\n").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"hello, fern\n");
+    OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"more\n")
+        .unwrap();
+    assert_eq!(fs::read_to_string(&f).unwrap(), "hello, fern\nmore\n");
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(mp.join("big"), &big).unwrap();
+    assert_eq!(fs::read(mp.join("big")).unwrap(), big);
+    let h = OpenOptions::new().write(true).open(mp.join("big")).unwrap();
+    h.set_len(10_000).unwrap();
+    h.set_len(20_000).unwrap();
+    drop(h);
+    let got = fs::read(mp.join("big")).unwrap();
+    assert_eq!(got.len(), 20_000);
+    assert_eq!(&got[..10_000], &big[..10_000]);
+    assert!(
+        got[10_000..].iter().all(|b| *b == 0),
+        "extension reads zeros"
+    );
+
+    // Directories, permissions, listing.
+    fs::create_dir_all(mp.join("a/b/c")).unwrap();
+    fs::set_permissions(mp.join("a"), fs::Permissions::from_mode(0o750)).unwrap();
+    assert_eq!(fs::metadata(mp.join("a")).unwrap().mode() & 0o7777, 0o750);
+    for i in 0..300 {
+        fs::write(mp.join(format!("a/b/f{i:03}")), format!("{i}")).unwrap();
+    }
+    let listed = names(&mp.join("a/b"));
+    assert_eq!(listed.len(), 301);
+    assert_eq!(fs::metadata(mp.join("a")).unwrap().nlink(), 3);
+    assert_eq!(
+        fs::remove_dir(mp.join("a/b")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+
+    // Symlinks.
+    std::os::unix::fs::symlink("hello.txt", mp.join("link")).unwrap();
+    assert_eq!(
+        fs::read_link(mp.join("link")).unwrap(),
+        Path::new("hello.txt")
+    );
+    assert_eq!(fs::read(mp.join("link")).unwrap(), fs::read(&f).unwrap());
+
+    // Hard links share an inode and count links.
+    fs::hard_link(&f, mp.join("a/hard")).unwrap();
+    let (m1, m2) = (
+        fs::metadata(&f).unwrap(),
+        fs::metadata(mp.join("a/hard")).unwrap(),
+    );
+    assert_eq!(m1.ino(), m2.ino());
+    assert_eq!(m2.nlink(), 2);
+
+    // Rename: file over file, directory move.
+    fs::write(mp.join("victim"), b"old").unwrap();
+    fs::write(mp.join("mover"), b"new").unwrap();
+    fs::rename(mp.join("mover"), mp.join("victim")).unwrap();
+    assert_eq!(fs::read(mp.join("victim")).unwrap(), b"new");
+    assert!(!mp.join("mover").exists());
+    fs::rename(mp.join("a/b/c"), mp.join("c-moved")).unwrap();
+    assert!(mp.join("c-moved").is_dir());
+
+    // Unlink while open: the open file keeps working, and is gone after close.
+    let mut open = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(mp.join("ghost"))
+        .unwrap();
+    open.write_all(b"boo").unwrap();
+    fs::remove_file(mp.join("ghost")).unwrap();
+    assert!(!mp.join("ghost").exists());
+    open.write_all(b"!").unwrap();
+    open.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    open.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "boo!");
+    assert_eq!(open.metadata().unwrap().nlink(), 0);
+    drop(open);
+
+    // Extended attributes.
+    set_xattr(&f, "user.colour", b"green").unwrap();
+    set_xattr(&f, "user.empty", b"").unwrap();
+    assert_eq!(get_xattr(&f, "user.colour").unwrap(), b"green");
+    let mut xs = list_xattr(&f).unwrap();
+    xs.sort();
+    assert_eq!(xs, vec!["user.colour", "user.empty"]);
+    assert_eq!(
+        get_xattr(&f, "user.none").unwrap_err().raw_os_error(),
+        Some(libc::ENODATA)
+    );
+
+    // Errors come back as the right errno.
+    assert_eq!(
+        fs::read(mp.join("nope")).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(
+        fs::create_dir(mp.join("a")).unwrap_err().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+
+    File::open(&f).unwrap().sync_all().unwrap();
+    let ino_hello = fs::metadata(&f).unwrap().ino();
+    m.unmount().expect("unmount");
+
+    // Remount over the same store: everything is still there.
+    let m = mount(&kv, &mp);
+    assert_eq!(fs::read_to_string(&f).unwrap(), "hello, fern\nmore\n");
+    assert_eq!(fs::metadata(&f).unwrap().ino(), ino_hello);
+    assert_eq!(fs::metadata(&f).unwrap().nlink(), 2);
+    assert_eq!(fs::read(mp.join("big")).unwrap().len(), 20_000);
+    assert_eq!(names(&mp.join("a/b")).len(), 300);
+    assert_eq!(
+        fs::read_link(mp.join("link")).unwrap(),
+        Path::new("hello.txt")
+    );
+    assert_eq!(fs::read(mp.join("victim")).unwrap(), b"new");
+    assert!(mp.join("c-moved").is_dir());
+    assert!(!mp.join("ghost").exists());
+    assert_eq!(get_xattr(&f, "user.colour").unwrap(), b"green");
+    assert_eq!(fs::metadata(mp.join("a")).unwrap().mode() & 0o7777, 0o750);
+    let mut top = names(&mp);
+    top.sort();
+    assert_eq!(
+        top,
+        vec!["a", "big", "c-moved", "hello.txt", "link", "victim"]
+    );
+    m.unmount().expect("second unmount");
+}
