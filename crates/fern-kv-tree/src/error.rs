@@ -123,10 +123,7 @@ mod tests {
         ));
         assert!(is_no_space(&full), "{full}");
         assert!(!is_corrupt(&full));
-        assert!(matches!(
-            engine_error(&full),
-            Some(Error::NoSpace { .. })
-        ));
+        assert!(matches!(engine_error(&full), Some(Error::NoSpace { .. })));
 
         let eio = map_error(Error::io(
             "reading block",
@@ -165,5 +162,4 @@ mod tests {
             Some(Error::InvalidArgument(_))
         ));
     }
-
 }

@@ -460,7 +460,12 @@ impl KvRead for TreeTxn<'_> {
 /// The part of `range` a scan's answer depends on. A scan cut short by `limit` never looked
 /// past its last key, so only the range up to (forward) or down to (reverse) that key counts;
 /// otherwise the whole range does, since an insertion anywhere in it would change the answer.
-fn covered(range: &KeyRange, dir: Direction, limit: usize, pairs: &[(Vec<u8>, Vec<u8>)]) -> KeyRange {
+fn covered(
+    range: &KeyRange,
+    dir: Direction,
+    limit: usize,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+) -> KeyRange {
     let mut r = range.clone();
     if pairs.len() == limit {
         if let Some((last, _)) = pairs.last() {
