@@ -1,6 +1,5 @@
 //! fern-fs's `tests/concurrency.rs`, unchanged, on the fern-tree backend.
 
-#[path = "fs_common.rs"]
 mod fs_common;
 use fs_common::open_store;
 
