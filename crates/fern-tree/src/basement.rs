@@ -197,10 +197,10 @@ impl Basement {
     /// Index at which to split so that the left part holds about half the bytes.
     pub(crate) fn middle(&self) -> usize {
         let half = (self.data.len() / 2) as u32;
+        // Both halves keep at least one row, even when one row holds most of the bytes.
         self.offs
             .partition_point(|&o| o < half)
-            .max(1)
-            .min(self.len())
+            .clamp(1, self.len().saturating_sub(1).max(1))
     }
 
     /// Serializes as partition bytes: `max_msn u64 | count u32 | rows`.

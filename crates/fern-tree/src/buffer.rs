@@ -113,6 +113,16 @@ impl MsgBuffer {
         self.ranges.iter().map(move |&o| self.at(o))
     }
 
+    /// An upper bound on how many bytes applying these messages can add to the rows below:
+    /// deletes and range deletes only remove, inserts add at most their own size, and an upsert
+    /// is assumed to add its argument (registered functions are expected to stay near that).
+    pub(crate) fn growth_bound(&self) -> usize {
+        self.in_msn_order()
+            .filter(|(m, _)| matches!(m.kind, Kind::Insert | Kind::Upsert))
+            .map(|(m, _)| m.len)
+            .sum()
+    }
+
     /// Every message in MSN order, with its packed bytes.
     pub(crate) fn in_msn_order(&self) -> impl Iterator<Item = (MsgRef<'_>, &[u8])> + '_ {
         let mut pos = 0usize;

@@ -451,6 +451,28 @@ impl Env {
         }
     }
 
+    /// Runs a structural change `f` (no logical change to the rows) on a tree's root under the
+    /// write lock; `f` returns the new root. A failure poisons the environment.
+    pub(crate) fn restructure(
+        &self,
+        t: &Tree,
+        f: impl FnOnce(&Ctx<'_>, NodeId) -> Result<NodeId>,
+    ) -> Result<()> {
+        self.check_writable()?;
+        let mut st = self.inner.state.write();
+        let root = st
+            .trees
+            .get(t.idx)
+            .ok_or_else(|| Error::UnknownTree(t.name.to_string()))?
+            .root;
+        let ctx = self.ctx();
+        let r = f(&ctx, root).and_then(|new_root| {
+            st.trees[t.idx].root = new_root;
+            ctx.cache.evict(&|n| ctx.write_node(n))
+        });
+        self.poison(r)
+    }
+
     /// Runs `f` with the tree's root under the read lock.
     pub(crate) fn read<T>(
         &self,
@@ -585,6 +607,13 @@ impl Tree {
             Bound::Excluded(k) => cur.seek_after(k)?,
         }
         cur.for_each_forward(&mut f)
+    }
+
+    /// Pushes every buffered message of this tree down to the leaves and merges what became
+    /// small (PerconaFT's "optimize"). Queries never need it; it makes later scans cheaper and
+    /// returns the space of deleted rows sooner.
+    pub fn optimize(&self) -> Result<()> {
+        self.env.restructure(self, tree::optimize)
     }
 
     /// A cursor positioned nowhere; seek it first.

@@ -30,6 +30,7 @@ pub use env::{Env, Options, Stats, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{Op, UpsertFn, UpsertRegistry};
+pub use tree::TreeReport;
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 16 * 1024;

@@ -116,6 +116,11 @@ pub(crate) fn write(ctx: &Ctx<'_>, root: NodeId, msgs: &MsgBuffer) -> Result<Nod
     if !node.is_leaf() {
         flush_if_needed(ctx, &mut node)?;
     }
+    finish_root(ctx, node)
+}
+
+/// Puts a changed root back: splits it (growing the tree) or collapses single-child roots.
+fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
     let mut pieces = split_if_needed(ctx, node);
     if pieces.len() > 1 {
         // The root split: a new root above the pieces (the tree grows at the top).
@@ -223,6 +228,7 @@ fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
             children,
             bufs,
         } => {
+            let mut fresh = Vec::new();
             for (m, raw) in msgs.in_msn_order() {
                 if m.kind != Kind::RangeDelete {
                     bufs[child_for(pivots, m.key)].get_mut().push_raw(raw);
@@ -237,9 +243,10 @@ fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
                         // Everything below child i is older than this message and deleted by
                         // it: drop the subtree instead of carrying the delete down.
                         let old = children[i];
-                        let fresh = Node::new_leaf(ctx.new_id());
-                        children[i] = fresh.id;
-                        ctx.put(fresh);
+                        let leaf = Node::new_leaf(ctx.new_id());
+                        children[i] = leaf.id;
+                        fresh.push(leaf.id);
+                        ctx.put(leaf);
                         *bufs[i].get_mut() = MsgBuffer::new();
                         drop_subtree(ctx, old)?;
                     } else {
@@ -249,6 +256,21 @@ fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
             }
             for b in bufs.iter_mut() {
                 b.get_mut().seal();
+            }
+            // Children replaced by empty leaves that received nothing since: remove them; a
+            // neighbour takes the (now empty) key range.
+            for id in fresh {
+                if children.len() < 2 {
+                    break;
+                }
+                if let Some(at) = children.iter().position(|&c| c == id) {
+                    if bufs[at].get_mut().is_empty() {
+                        ctx.free(id);
+                        children.remove(at);
+                        bufs.remove(at);
+                        pivots.remove(at.saturating_sub(1));
+                    }
+                }
             }
         }
     }
@@ -329,34 +351,73 @@ fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
             .enumerate()
             .max_by_key(|&(_, b)| b)
             .unwrap_or((0, 0));
-        flush_child(ctx, node, i)?;
+        flush_child(ctx, node, i, false)?;
     }
     Ok(())
+}
+
+/// Flushes every buffer of a subtree down to its leaves. Visits each child until it has been
+/// flushed deeply and not merged since; merges shrink the node, so this terminates.
+fn flush_all(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+    let mut done = std::collections::HashSet::new();
+    loop {
+        let Body::Internal { children, bufs, .. } = &mut node.body else {
+            return Ok(());
+        };
+        let next = (0..children.len())
+            .find(|&i| !done.contains(&children[i]) || !bufs[i].get_mut().is_empty());
+        let Some(i) = next else {
+            return Ok(());
+        };
+        let (pieces, merged) = flush_child(ctx, node, i, true)?;
+        done.extend(pieces);
+        if let Some(m) = merged {
+            done.remove(&m);
+        }
+    }
+}
+
+/// Pushes every pending message of the tree at `root` to the leaves; returns the new root.
+pub(crate) fn optimize(ctx: &Ctx<'_>, root: NodeId) -> Result<NodeId> {
+    let mut node = ctx.take(root)?;
+    flush_all(ctx, &mut node)?;
+    finish_root(ctx, node)
 }
 
 /// Moves child `i`'s whole buffer into the child (invariant N4: a flush moves every message
 /// for the child, so messages above are always newer than messages below), then fixes the
 /// child's shape.
-fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
+///
+/// Returns the ids of the pieces the child became and, if a merge followed, the merged node's
+/// id (which `flush_all` must visit again: the merge may have pushed messages into it).
+fn flush_child(
+    ctx: &Ctx<'_>,
+    node: &mut Node,
+    i: usize,
+    deep: bool,
+) -> Result<(Vec<NodeId>, Option<NodeId>)> {
     let Body::Internal {
         pivots,
         children,
         bufs,
     } = &mut node.body
     else {
-        return Ok(());
+        return Ok((Vec::new(), None));
     };
     let msgs = std::mem::take(bufs[i].get_mut());
     let mut child = ctx.take(children[i])?;
     push_down(ctx, &mut child, &msgs)?;
     drop(msgs);
-    if !child.is_leaf() {
+    if deep {
+        flush_all(ctx, &mut child)?;
+    } else if !child.is_leaf() {
         flush_if_needed(ctx, &mut child)?;
     }
     let pieces = split_if_needed(ctx, child);
     // Replace child i by the pieces; new siblings start with empty buffers.
     let mut empties = Vec::new();
     let single = pieces.len() == 1;
+    let piece_ids: Vec<NodeId> = pieces.iter().map(|(_, n)| n.id).collect();
     let mut small = false;
     for (k, (pivot, piece)) in pieces.into_iter().enumerate() {
         let at = i + k;
@@ -367,7 +428,7 @@ fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
         }
         if is_empty_leaf(&piece) {
             empties.push(at);
-        } else if single && piece.is_leaf() && piece.payload_bytes() < ctx.shape.node_bytes / 4 {
+        } else if single && is_small(ctx.shape, &piece) {
             small = true;
         }
         ctx.put(piece);
@@ -381,75 +442,123 @@ fn flush_child(ctx: &Ctx<'_>, node: &mut Node, i: usize) -> Result<()> {
             pivots.remove(at.saturating_sub(1));
         }
     }
-    if small && children.len() > 1 {
-        merge_small_leaf(ctx, pivots, children, bufs, i)?;
+    // Keep merging while the merged node is still small (a run of emptied leaves collapses).
+    let mut at = i;
+    let mut merged = None;
+    while small && children.len() > 1 {
+        match merge_small_child(ctx, pivots, children, bufs, at)? {
+            Some((merged_at, still_small)) => {
+                at = merged_at;
+                small = still_small;
+                merged = Some(children[merged_at]);
+            }
+            None => break,
+        }
     }
     node.set_dirty(true);
-    Ok(())
+    Ok((piece_ids, merged))
 }
 
-/// Merges the small leaf child `at` with a neighbour when both are leaves, the result stays
-/// well under the node size (so a merged leaf does not split again at once), and neither has
-/// messages pending in this node. The last condition keeps invariant N4 for the merged leaf:
-/// every message still above it is newer than everything applied to either half, so the
-/// per-basement MSN floors stay correct.
-fn merge_small_leaf(
+/// Merges the small child `at` with a neighbour of the same kind when the result stays well
+/// under the limits (so it does not split again at once). Messages pending in this node for the
+/// two children are pushed into them first, so afterwards nothing is buffered above the merged
+/// node for its range but messages newer than everything in it (invariant N4), which keeps the
+/// per-basement MSN floors of the merged leaves valid.
+fn merge_small_child(
     ctx: &Ctx<'_>,
     pivots: &mut Vec<Vec<u8>>,
     children: &mut Vec<NodeId>,
     bufs: &mut Vec<Part<MsgBuffer>>,
     at: usize,
-) -> Result<()> {
-    let limit = ctx.shape.node_bytes * 3 / 4;
+) -> Result<Option<(usize, bool)>> {
+    let byte_limit = ctx.shape.node_bytes * 3 / 4;
+    let child_limit = (ctx.shape.fanout / 2).max(2);
     let candidates = [(at, at + 1), (at.wrapping_sub(1), at)];
     for (l, r) in candidates {
-        if r >= children.len()
-            || l >= children.len()
-            || !bufs[l].get_mut().is_empty()
-            || !bufs[r].get_mut().is_empty()
-        {
+        if r >= children.len() || l >= children.len() {
             continue;
         }
-        let left = ctx.take(children[l])?;
-        let right = ctx.take(children[r])?;
-        if !left.is_leaf()
-            || !right.is_leaf()
-            || left.payload_bytes() + right.payload_bytes() > limit
-        {
+        let mut left = ctx.take(children[l])?;
+        let mut right = ctx.take(children[r])?;
+        let pending = bufs[l].get_mut().growth_bound() + bufs[r].get_mut().growth_bound();
+        let fits = match (&left.body, &right.body) {
+            (Body::Leaf { .. }, Body::Leaf { .. }) => {
+                left.payload_bytes() + right.payload_bytes() + pending <= byte_limit
+            }
+            (Body::Internal { children: a, .. }, Body::Internal { children: b, .. }) => {
+                a.len() + b.len() <= child_limit
+                    && left.payload_bytes() + right.payload_bytes() + pending <= byte_limit
+            }
+            _ => false,
+        };
+        if !fits {
             ctx.put_unchanged(left);
             ctx.put_unchanged(right);
             continue;
         }
-        let Node { body: lbody, .. } = left;
+        for (node, k) in [(&mut left, l), (&mut right, r)] {
+            let msgs = std::mem::take(bufs[k].get_mut());
+            push_down(ctx, node, &msgs)?;
+        }
+        let Node {
+            id: lid,
+            height,
+            body: lbody,
+            ..
+        } = left;
         let Node {
             id: rid,
             body: rbody,
             ..
         } = right;
-        let (
-            Body::Leaf {
-                pivots: mut lp,
-                parts: mut lparts,
-            },
-            Body::Leaf {
-                pivots: rp,
-                parts: rparts,
-            },
-        ) = (lbody, rbody)
-        else {
-            unreachable!("checked is_leaf above");
+        let body = match (lbody, rbody) {
+            (
+                Body::Leaf {
+                    pivots: mut lp,
+                    parts: mut lparts,
+                },
+                Body::Leaf {
+                    pivots: rp,
+                    parts: rparts,
+                },
+            ) => {
+                lp.push(pivots[l].clone());
+                lp.extend(rp);
+                lparts.extend(rparts);
+                normalize_basements(&mut lp, &mut lparts, ctx.shape.basement_bytes);
+                Body::Leaf {
+                    pivots: lp,
+                    parts: lparts,
+                }
+            }
+            (
+                Body::Internal {
+                    pivots: mut lp,
+                    children: mut lc,
+                    bufs: mut lb,
+                },
+                Body::Internal {
+                    pivots: rp,
+                    children: rc,
+                    bufs: rb,
+                },
+            ) => {
+                lp.push(pivots[l].clone());
+                lp.extend(rp);
+                lc.extend(rc);
+                lb.extend(rb);
+                Body::Internal {
+                    pivots: lp,
+                    children: lc,
+                    bufs: lb,
+                }
+            }
+            _ => return Err(Error::corrupt("tree", "merging nodes of different kinds")),
         };
-        lp.push(pivots[l].clone());
-        lp.extend(rp);
-        lparts.extend(rparts);
-        normalize_basements(&mut lp, &mut lparts, ctx.shape.basement_bytes);
         let merged = Node {
-            id: children[l],
-            height: 0,
-            body: Body::Leaf {
-                pivots: lp,
-                parts: lparts,
-            },
+            id: lid,
+            height,
+            body,
             block: None,
             dirty: Default::default(),
             mem: Default::default(),
@@ -458,10 +567,19 @@ fn merge_small_leaf(
         children.remove(r);
         bufs.remove(r);
         pivots.remove(l);
+        let still_small = is_small(ctx.shape, &merged);
         ctx.put(merged);
-        return Ok(());
+        return Ok(Some((l, still_small)));
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Whether a node is small enough that merging it with a neighbour is worth a read.
+fn is_small(shape: &Shape, node: &Node) -> bool {
+    match &node.body {
+        Body::Leaf { .. } => node.payload_bytes() < shape.node_bytes / 4,
+        Body::Internal { children, .. } => children.len() <= (shape.fanout / 4).max(1),
+    }
 }
 
 fn is_empty_leaf(node: &Node) -> bool {
@@ -742,4 +860,120 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
         }
     }
     Ok(LeafRows { rows, lo, hi })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verification
+
+/// What a full walk of a tree found (see [`crate::Tree::verify`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TreeReport {
+    /// Leaf nodes.
+    pub leaves: u64,
+    /// Internal nodes.
+    pub internal: u64,
+    /// Levels from the root to the deepest leaf (1 = the root is a leaf).
+    pub height: u32,
+    /// Rows stored in leaves (before pending messages are applied).
+    pub rows: u64,
+    /// Bytes of packed rows in leaves.
+    pub row_bytes: u64,
+    /// Messages waiting in internal nodes' buffers (the message backlog).
+    pub pending_messages: u64,
+    /// Bytes of those messages.
+    pub pending_bytes: u64,
+}
+
+/// Walks the whole tree, reading every node, and checks the structural invariants: pivots
+/// ascend and lie inside the parent's range (N1), rows ascend and lie inside their basement's
+/// range (N2), buffered messages belong to their child's range, and every message buffered for
+/// a child is newer than everything below it (N4).
+pub(crate) fn verify(ctx: &Ctx<'_>, root: NodeId) -> Result<TreeReport> {
+    let mut report = TreeReport::default();
+    walk(ctx, root, None, None, 1, &mut report)?;
+    Ok(report)
+}
+
+/// Returns the highest MSN found in the subtree.
+fn walk(
+    ctx: &Ctx<'_>,
+    id: NodeId,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    depth: u32,
+    report: &mut TreeReport,
+) -> Result<crate::Msn> {
+    let bad = |detail: String| Error::corrupt(format!("node {id}"), detail);
+    let node = ctx.fetch(id)?;
+    report.height = report.height.max(depth);
+    let pivots = node.pivots();
+    for p in pivots {
+        if lo.is_some_and(|l| p.as_slice() <= l) || hi.is_some_and(|h| p.as_slice() >= h) {
+            return Err(bad(
+                "pivot outside the node's key range (invariant N1)".into()
+            ));
+        }
+    }
+    if pivots.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(bad("pivots out of order (invariant N1)".into()));
+    }
+    let bound = |i: usize| {
+        let (a, b) = range_of(pivots, i);
+        (a.or(lo), b.or(hi))
+    };
+    let mut max = crate::Msn(0);
+    match &node.body {
+        Body::Leaf { .. } => {
+            report.leaves += 1;
+            for i in 0..=pivots.len() {
+                let (blo, bhi) = bound(i);
+                let b = ctx.basement(&node, i)?;
+                report.rows += b.len() as u64;
+                report.row_bytes += b.bytes() as u64;
+                max = max.max(b.max_msn);
+                for r in 0..b.len() {
+                    let k = b.key(r);
+                    if blo.is_some_and(|l| k < l) || bhi.is_some_and(|h| k >= h) {
+                        return Err(bad(format!(
+                            "row outside basement {i}'s range (invariant N2)"
+                        )));
+                    }
+                }
+            }
+        }
+        Body::Internal { children, .. } => {
+            report.internal += 1;
+            for (i, &child) in children.iter().enumerate() {
+                let (clo, chi) = bound(i);
+                let below = walk(ctx, child, clo, chi, depth + 1, report)?;
+                let buf = ctx.buffer(&node, i)?;
+                report.pending_messages += buf.count() as u64;
+                report.pending_bytes += buf.bytes() as u64;
+                for (m, _) in buf.in_msn_order() {
+                    if m.msn <= below {
+                        return Err(bad(format!(
+                            "message {} buffered for child {child} is not newer than its subtree's {} (invariant N4)",
+                            m.msn, below
+                        )));
+                    }
+                    if m.kind != Kind::RangeDelete
+                        && (clo.is_some_and(|l| m.key < l) || chi.is_some_and(|h| m.key >= h))
+                    {
+                        return Err(bad(format!("message buffered for the wrong child {i}")));
+                    }
+                    max = max.max(m.msn);
+                }
+                max = max.max(below);
+            }
+        }
+    }
+    Ok(max)
+}
+
+impl crate::env::Tree {
+    /// Reads every node of this tree and checks its structural invariants; returns what it saw.
+    /// An error names the node that breaks an invariant.
+    pub fn verify(&self) -> Result<TreeReport> {
+        self.env.read(self, verify)
+    }
 }

@@ -57,6 +57,7 @@ enum Step {
     Succ(u16),
     Pred(u16),
     Checkpoint,
+    Optimize,
     Reopen,
 }
 
@@ -83,6 +84,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => k.clone().prop_map(Step::Succ),
         2 => k.clone().prop_map(Step::Pred),
         1 => Just(Step::Checkpoint),
+        1 => Just(Step::Optimize),
         1 => Just(Step::Reopen),
     ]
 }
@@ -186,6 +188,7 @@ fn run(steps: Vec<Step>, comp: Compression) -> Result<(), TestCaseError> {
                 prop_assert_eq!(t.predecessor(&key(k)).unwrap(), want, "predecessor {}", k);
             }
             Step::Checkpoint => env.checkpoint().unwrap(),
+            Step::Optimize => t.optimize().unwrap(),
             Step::Reopen => {
                 env.close().unwrap();
                 env = Env::open_on(dev.clone(), options(comp)).unwrap();
@@ -194,6 +197,7 @@ fn run(steps: Vec<Step>, comp: Compression) -> Result<(), TestCaseError> {
             }
         }
         if paranoid {
+            t.verify().unwrap();
             let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             let got = t.range_vec(Bound::Unbounded, Bound::Unbounded).unwrap();
             if got != all {
@@ -219,6 +223,7 @@ fn run(steps: Vec<Step>, comp: Compression) -> Result<(), TestCaseError> {
             }
         }
     }
+    t.verify().unwrap();
     // Full forward scan, and a full walk backwards, agree with the model.
     let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     prop_assert_eq!(

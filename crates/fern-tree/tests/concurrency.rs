@@ -1,0 +1,109 @@
+//! Several reader threads and a writer at once: readers never see a value that was not
+//! written, never miss a key that existed before they started, and nothing panics or deadlocks.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use fern_tree::device::MemDevice;
+use fern_tree::{Env, Options, WriteBatch};
+
+fn opts() -> Options {
+    Options {
+        cache_bytes: 2 << 20, // small: readers and the writer evict each other's nodes
+        node_bytes: 32 << 10,
+        basement_bytes: 4 << 10,
+        fanout: 8,
+        ..Options::default()
+    }
+}
+
+fn key(i: u64) -> [u8; 8] {
+    (i.wrapping_mul(0x9E3779B97F4A7C15)).to_be_bytes()
+}
+
+/// Values encode their key and a version, so a reader can check what it sees.
+fn value(i: u64, version: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(&i.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    v.resize(64, b'.');
+    v
+}
+
+#[test]
+fn readers_and_a_writer_at_once() {
+    let env = Env::create_on(Arc::new(MemDevice::new()), opts()).unwrap();
+    let t = env.tree("t").unwrap();
+    const BASE: u64 = 20_000;
+    let mut b = WriteBatch::new();
+    for i in 0..BASE {
+        b.insert(&t, &key(i), &value(i, 0));
+    }
+    env.write(b).unwrap();
+    env.checkpoint().unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let version = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for r in 0..3u64 {
+        let t = t.clone();
+        let stop = stop.clone();
+        let version = version.clone();
+        handles.push(std::thread::spawn(move || {
+            let mut checks = 0u64;
+            let mut x = r + 1;
+            while !stop.load(Ordering::Relaxed) {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let i = (x >> 33) % BASE;
+                let v = t.get(&key(i)).unwrap().expect("a base key vanished");
+                // The writer publishes a round after writing it, so a reader may see at most
+                // one round beyond the published number.
+                let seen_max = version.load(Ordering::Acquire);
+                assert_eq!(&v[..8], &i.to_le_bytes(), "value of another key");
+                let ver = u64::from_le_bytes(v[8..16].try_into().unwrap());
+                assert!(ver <= seen_max + 1, "version from the future");
+                checks += 1;
+                if checks.is_multiple_of(200) {
+                    // A range scan: ordered, and every base key in the range present.
+                    let lo = key(i);
+                    let rows = t.range_vec(Bound::Included(&lo), Bound::Unbounded).unwrap();
+                    assert!(
+                        rows.windows(2).all(|w| w[0].0 < w[1].0),
+                        "scan out of order"
+                    );
+                }
+            }
+            checks
+        }));
+    }
+    for round in 1..=30u64 {
+        let mut b = WriteBatch::new();
+        for i in (round % 7..BASE).step_by(7) {
+            b.insert(&t, &key(i), &value(i, round));
+        }
+        // Keys outside the base set come and go.
+        for j in 0..200 {
+            b.insert(&t, &key(BASE + round * 1000 + j), &value(BASE + j, round));
+        }
+        if round > 1 {
+            for j in 0..200 {
+                b.delete(&t, &key(BASE + (round - 1) * 1000 + j));
+            }
+        }
+        env.write(b).unwrap();
+        version.store(round, Ordering::Release);
+        if round % 10 == 0 {
+            env.checkpoint().unwrap();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let total: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(total > 100, "readers made too little progress: {total}");
+    for i in 0..BASE {
+        let v = t.get(&key(i)).unwrap().unwrap();
+        assert_eq!(&v[..8], &i.to_le_bytes());
+    }
+}

@@ -1,0 +1,107 @@
+//! The tree shrinks when data goes away: a range delete that covers whole subtrees frees them
+//! without reading their leaves, and small leaves left by point deletes merge with neighbours.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use fern_tree::device::MemDevice;
+use fern_tree::{Env, Options, WriteBatch};
+
+fn opts() -> Options {
+    Options {
+        cache_bytes: 4 << 20,
+        node_bytes: 16 << 10,
+        basement_bytes: 2 << 10,
+        fanout: 8,
+        ..Options::default()
+    }
+}
+
+fn fill(env: &Env, t: &fern_tree::Tree, prefix: u8, n: u32) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut b = WriteBatch::new();
+        for &i in chunk {
+            let mut k = vec![prefix];
+            k.extend_from_slice(&i.wrapping_mul(2654435761).to_be_bytes());
+            b.insert(t, &k, &[b'v'; 80]);
+        }
+        env.write(b).unwrap();
+    }
+}
+
+fn live_nodes(env: &Env) -> u64 {
+    env.checkpoint().unwrap();
+    env.checkpoint().unwrap(); // frees from the checkpoint before are released one later
+    env.stats().file.live_nodes
+}
+
+#[test]
+fn range_delete_frees_whole_subtrees() {
+    let env = Env::create_on(Arc::new(MemDevice::new()), opts()).unwrap();
+    let t = env.tree("t").unwrap();
+    fill(&env, &t, b'a', 40_000);
+    let before = live_nodes(&env);
+    t.delete_range(b"a", b"b").unwrap();
+    // Later writes elsewhere push the range delete down the tree.
+    fill(&env, &t, b'c', 20_000);
+    let rows = t
+        .range_vec(Bound::Included(b"a"), Bound::Excluded(b"b"))
+        .unwrap();
+    assert!(rows.is_empty());
+    let after = live_nodes(&env);
+    eprintln!("live nodes: {before} with 40k rows, {after} after deleting them and adding 20k");
+    assert!(
+        after < before * 3 / 4,
+        "range delete left {after} of {before} nodes"
+    );
+}
+
+#[test]
+fn point_deletes_shrink_the_tree() {
+    // Tree A: 30k rows, 95% deleted one by one, then 20k other rows push the deletes down.
+    let env = Env::create_on(Arc::new(MemDevice::new()), opts()).unwrap();
+    let t = env.tree("t").unwrap();
+    fill(&env, &t, b'a', 30_000);
+    let full = live_nodes(&env);
+    for chunk in (0..30_000u32)
+        .filter(|i| i % 20 != 0)
+        .collect::<Vec<_>>()
+        .chunks(500)
+    {
+        let mut b = WriteBatch::new();
+        for &i in chunk {
+            let mut k = vec![b'a'];
+            k.extend_from_slice(&i.wrapping_mul(2654435761).to_be_bytes());
+            b.delete(&t, &k);
+        }
+        env.write(b).unwrap();
+    }
+    fill(&env, &t, b'z', 20_000);
+    // Messages wait in buffers until something pushes them down; optimize pushes all of them.
+    t.optimize().unwrap();
+    let n = t
+        .range_vec(Bound::Included(b"a"), Bound::Excluded(b"b"))
+        .unwrap()
+        .len();
+    assert_eq!(n, 1500);
+    let shrunk = live_nodes(&env);
+    // Tree B: the same live rows written directly.
+    let env_b = Env::create_on(Arc::new(MemDevice::new()), opts()).unwrap();
+    let tb = env_b.tree("t").unwrap();
+    let rows = t.range_vec(Bound::Unbounded, Bound::Unbounded).unwrap();
+    for chunk in rows.chunks(500) {
+        let mut b = WriteBatch::new();
+        for (k, v) in chunk {
+            b.insert(&tb, k, v);
+        }
+        env_b.write(b).unwrap();
+    }
+    let direct = live_nodes(&env_b);
+    eprintln!("A: {:?}", t.verify().unwrap());
+    eprintln!("B: {:?}", tb.verify().unwrap());
+    eprintln!("live nodes: {full} with 30k rows; {shrunk} after deletes + 20k others; {direct} for the same rows written directly");
+    assert!(
+        shrunk <= direct * 3 / 2 + 8,
+        "deleted rows left {shrunk} nodes vs {direct}"
+    );
+}
