@@ -23,15 +23,32 @@ struct Cli {
 enum Command {
     /// Benchmarks of shared/WORKLOADS.md, side by side with peers.
     Bench(cmd::bench::BenchArgs),
+    /// Make a new file system in an image file.
+    Mkfs(cmd::mkfs::MkfsArgs),
+    /// Mount an image (a daemon by default; returns when the mount is ready).
+    Mount(cmd::mount::MountArgs),
+    /// Unmount, and wait until the image is closed.
+    Umount(cmd::mount::UmountArgs),
+    /// Check the file-system invariants of an unmounted image (exit codes as fsck(8)).
+    Fsck(cmd::fsck::FsckArgs),
 }
 
 fn main() -> ExitCode {
+    // Run as mount(8)'s helper (mount.fernfs, mount.fuse.fernfs) when called by that name.
+    if let Some(code) = cmd::mount::helper_main() {
+        return code;
+    }
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Bench(args) => cmd::bench::run(args),
+    let ok = |()| ExitCode::SUCCESS;
+    let result: Result<ExitCode, cmd::image::CmdError> = match cli.command {
+        Command::Bench(args) => cmd::bench::run(args).map(ok).map_err(Into::into),
+        Command::Mkfs(args) => cmd::mkfs::run(args).map(ok),
+        Command::Mount(args) => cmd::mount::run(args).map(ok),
+        Command::Umount(args) => cmd::mount::umount(args).map(ok),
+        Command::Fsck(args) => cmd::fsck::run(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("fernfs: {e}");
             ExitCode::FAILURE
@@ -66,7 +83,9 @@ mod tests {
             "out.json",
         ])
         .unwrap();
-        let Command::Bench(b) = cli.command;
+        let Command::Bench(b) = cli.command else {
+            panic!("expected bench")
+        };
         let cmd::bench::BenchCommand::Engine(e) = b.command else {
             panic!("expected engine")
         };

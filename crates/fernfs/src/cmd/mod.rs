@@ -1,3 +1,7 @@
 //! One module per subcommand of `fernfs`.
 
 pub mod bench;
+pub mod fsck;
+pub mod image;
+pub mod mkfs;
+pub mod mount;

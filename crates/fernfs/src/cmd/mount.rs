@@ -1,0 +1,318 @@
+//! `fernfs mount`, `fernfs umount` and the `mount.fernfs` helper of mount(8).
+//!
+//! Daemon mode re-executes this binary in the foreground mode (`-f`), in its own process
+//! group with `/` as its working directory and stdin/stderr on /dev/null; the child reports
+//! `ready` (or `error: ...`) on its stdout, a pipe the parent reads, so `fernfs mount` returns
+//! exactly when the mount is usable and fails with the child's reason otherwise. No fork in a
+//! threaded process, no unsafe.
+//!
+//! The mount's `fsname` is the image's canonical path, so /proc/mounts names the image and
+//! `fernfs umount` can wait for the daemon to release it (the image lock) before returning:
+//! when `fernfs umount` returns, the image is closed and consistent.
+//!
+//! It owns process plumbing only; it must never implement file-system behaviour.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clap::Args;
+use fern_fuse::{MountOptions, Stopped};
+
+use super::image::{self, CmdError, Image, DEFAULT_CACHE};
+
+/// Environment variable telling a foreground child to report readiness on stdout.
+const NOTIFY_ENV: &str = "FERNFS_NOTIFY_STDOUT";
+/// How long `fernfs mount` waits for the daemon to be ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `fernfs umount` waits for the daemon to close the image.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Options of `fernfs mount`.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// Image file made by `fernfs mkfs`.
+    pub target: PathBuf,
+    /// Directory to mount it on.
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground (default: become a daemon once the mount is ready).
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Mount options, comma-separated, mount(8)-style: ro, rw, allow_other,
+    /// default_permissions, writeback_cache, threads=N, cache_size=SIZE (e.g. 256M),
+    /// entry_timeout=SECS, attr_timeout=SECS, max_write=BYTES, fsname=NAME; other options
+    /// (noatime, nodev, ...) go to the kernel.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+}
+
+/// Options of `fernfs umount`.
+#[derive(Debug, Args)]
+pub struct UmountArgs {
+    /// Where a fernfs image is mounted.
+    pub mountpoint: PathBuf,
+    /// Detach now even if busy; the daemon finishes when the last file is closed.
+    #[arg(short, long)]
+    pub lazy: bool,
+}
+
+fn parse_options(list: &[String]) -> Result<MountOptions, CmdError> {
+    let mut o = MountOptions::default();
+    for s in list {
+        o.parse_into(s)?;
+    }
+    Ok(o)
+}
+
+/// Runs `fernfs mount`.
+pub fn run(args: MountArgs) -> Result<(), CmdError> {
+    let opts = parse_options(&args.options)?;
+    let target = args
+        .target
+        .canonicalize()
+        .map_err(|e| CmdError::new(format!("{}: {e}", args.target.display())))?;
+    let mp = args
+        .mountpoint
+        .canonicalize()
+        .map_err(|e| CmdError::new(format!("{}: {e}", args.mountpoint.display())))?;
+    if !mp.is_dir() {
+        return Err(CmdError::new(format!("{}: not a directory", mp.display())));
+    }
+    if args.foreground {
+        let notify = std::env::var_os(NOTIFY_ENV).is_some();
+        let r = foreground(&target, &mp, opts, notify);
+        if notify {
+            if let Err(e) = &r {
+                // The parent is still waiting for our first line.
+                let _ = writeln!(std::io::stdout(), "error: {e}");
+            }
+        }
+        r
+    } else {
+        daemonize(&target, &mp, &opts)
+    }
+}
+
+fn foreground(
+    target: &Path,
+    mp: &Path,
+    mut opts: MountOptions,
+    notify: bool,
+) -> Result<(), CmdError> {
+    let image = Image::open(target, opts.cache_size.unwrap_or(DEFAULT_CACHE))?;
+    let fs = image.fs()?;
+    opts.fsname = target.display().to_string();
+    let ready = || {
+        if notify {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "ready");
+            let _ = out.flush();
+        } else {
+            eprintln!("fernfs: {} mounted on {}", target.display(), mp.display());
+        }
+    };
+    let stopped = fern_fuse::serve(fs, mp, &opts, ready)
+        .map_err(|e| CmdError::new(format!("mount {}: {e}", mp.display())));
+    let closed = image.close();
+    let stopped = stopped?;
+    closed?;
+    if !notify {
+        match stopped {
+            Stopped::Unmounted => eprintln!("fernfs: {} unmounted; image closed", mp.display()),
+            Stopped::Signal(s) => {
+                eprintln!(
+                    "fernfs: signal {s}: {} unmounted; image closed",
+                    mp.display()
+                )
+            }
+        }
+    }
+    Ok(())
+}
+
+fn daemonize(target: &Path, mp: &Path, opts: &MountOptions) -> Result<(), CmdError> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .arg("mount")
+        .arg(target)
+        .arg(mp)
+        .arg("-f")
+        .arg("-o")
+        .arg(opts.to_option_string())
+        .env(NOTIFY_ENV, "1")
+        .current_dir("/")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let out = child
+        .stdout
+        .take()
+        .ok_or_else(|| CmdError::new("daemon: no stdout pipe"))?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(line) if line.trim() == "ready" => Ok(()),
+        Ok(line) => {
+            let _ = child.wait();
+            let msg = line.trim().strip_prefix("error: ").unwrap_or(line.trim());
+            Err(CmdError::new(if msg.is_empty() {
+                "the mount daemon exited before the mount was ready".to_string()
+            } else {
+                msg.to_string()
+            }))
+        }
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(CmdError::new(format!(
+                "the mount was not ready after {} s; daemon stopped",
+                READY_TIMEOUT.as_secs()
+            )))
+        }
+    }
+}
+
+/// The image mounted at `mp`, from /proc/mounts (fsname is the image path).
+fn mounted_image(mp: &Path) -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let (src, dir, ty) = (f.next()?, f.next()?, f.next()?);
+        // fuser's direct mount(2) reports type "fuse" (the subtype only shows through
+        // fusermount3), so a FUSE mount whose source is an existing file is taken as ours.
+        let src = PathBuf::from(unescape(src));
+        let ours = ty == "fuse.fernfs" || (ty == "fuse" && src.is_file());
+        (ours && Path::new(&unescape(dir)) == mp).then_some(src)
+    })
+}
+
+/// /proc/mounts escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Runs `fernfs umount`: unmounts, then waits until the daemon has closed the image.
+pub fn umount(args: UmountArgs) -> Result<(), CmdError> {
+    let mp = args
+        .mountpoint
+        .canonicalize()
+        .map_err(|e| CmdError::new(format!("{}: {e}", args.mountpoint.display())))?;
+    let image = mounted_image(&mp)
+        .ok_or_else(|| CmdError::new(format!("{}: no fernfs mounted there", mp.display())))?;
+    let r = if args.lazy {
+        fern_fuse::lazy_unmount(&mp)
+    } else if nix::unistd::geteuid().is_root() {
+        nix::mount::umount(&mp).map_err(std::io::Error::from)
+    } else {
+        fern_fuse::fusermount_unmount(&mp, false)
+    };
+    r.map_err(|e| {
+        CmdError::new(format!(
+            "unmount {}: {e} (busy? close its files, or use --lazy)",
+            mp.display()
+        ))
+    })?;
+    if args.lazy || !image.exists() {
+        return Ok(());
+    }
+    image::wait_unlocked(&image, CLOSE_TIMEOUT).map_err(|_| {
+        CmdError::new(format!(
+            "{} unmounted, but the daemon has not closed {} after {} s",
+            mp.display(),
+            image.display(),
+            CLOSE_TIMEOUT.as_secs()
+        ))
+    })
+}
+
+/// The `mount.fernfs` / `mount.fuse.fernfs` helper, when this binary runs under that name:
+/// `mount.fernfs SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS] [-t TYPE]`, as mount(8) calls it.
+/// Returns `None` under any other name.
+pub fn helper_main() -> Option<ExitCode> {
+    let mut argv = std::env::args_os();
+    let arg0 = PathBuf::from(argv.next()?);
+    let name = arg0.file_name()?.to_str()?;
+    if name != "mount.fernfs" && name != "mount.fuse.fernfs" {
+        return None;
+    }
+    let mut pos = Vec::new();
+    let mut options = Vec::new();
+    let mut foreground = false;
+    let rest: Vec<_> = argv.collect();
+    let mut i = 0;
+    while i < rest.len() {
+        let a = rest[i].to_string_lossy().into_owned();
+        match a.as_str() {
+            "-o" => {
+                i += 1;
+                if let Some(o) = rest.get(i) {
+                    options.push(o.to_string_lossy().into_owned());
+                }
+            }
+            "-t" | "-N" => i += 1, // the type we already are; namespaces are not supported
+            "-f" => foreground = true,
+            s if s.starts_with("-o") => options.push(s[2..].to_string()),
+            s if s.starts_with('-') => {} // -s (sloppy), -n (no mtab), -v (verbose)
+            _ => pos.push(rest[i].clone()),
+        }
+        i += 1;
+    }
+    let [source, mountpoint] = match <[_; 2]>::try_from(pos) {
+        Ok(p) => p,
+        Err(_) => {
+            eprintln!("usage: {name} SOURCE MOUNTPOINT [-o OPTIONS]");
+            return Some(ExitCode::from(1));
+        }
+    };
+    let args = MountArgs {
+        target: source.into(),
+        mountpoint: mountpoint.into(),
+        foreground,
+        options,
+    };
+    Some(match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            // mount(8) helpers: 32 = mount failure.
+            ExitCode::from(32)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_mounts_escapes_are_undone() {
+        assert_eq!(unescape(r"/tmp/a\040b"), "/tmp/a b");
+        assert_eq!(unescape(r"/x\134y"), r"/x\y");
+        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape(r"/end\04"), r"/end\04");
+    }
+}
