@@ -19,6 +19,10 @@ pub struct IoCounters {
     pub write_bytes: u64,
     /// Dirty bytes that were truncated or deleted before being written.
     pub cancelled_write_bytes: u64,
+    /// Bytes passed to write(2)-family calls, whether or not they reach the device: the
+    /// engine's own write volume, before the page cache absorbs rewrites of dirty pages
+    /// (writes through a shared memory map are not counted here).
+    pub wchar: u64,
 }
 
 /// Reads /proc/self/io.
@@ -33,6 +37,7 @@ pub fn io_counters() -> io::Result<IoCounters> {
         match name {
             "write_bytes" => c.write_bytes = v,
             "cancelled_write_bytes" => c.cancelled_write_bytes = v,
+            "wchar" => c.wchar = v,
             _ => {}
         }
     }
