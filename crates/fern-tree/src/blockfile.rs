@@ -17,7 +17,11 @@
 //!   else, so rewriting a node always goes to a fresh extent (copy-on-write).
 //! - B5 the allocator holds exactly the extents referenced by the current BTT, the two durable
 //!   checkpoints, and the pending-free list; everything else below `end` is a hole.
-//! - B7 a node id released by `free_node` is handed out again only after the next checkpoint.
+//! - B7 a node id released by `free_node` is handed out again only after the next checkpoint
+//!   that began after the release.
+//! - B8 while a checkpoint is in progress (`begin_checkpoint` .. `commit_checkpoint`) its BTT is
+//!   separate from the current one; extents it references are protected like B4's, and extents
+//!   it wrote enter the current BTT only through `adopt`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -76,6 +80,9 @@ enum Slot {
 #[derive(Clone, Debug)]
 struct Ckpt {
     generation: u64,
+    /// Log position this checkpoint holds everything before (the write-ahead log keeps every
+    /// record from the older checkpoint's LSN on, W5).
+    lsn: Lsn,
     btt: Vec<Slot>,
     btt_ext: BlockLoc,
     meta_ext: BlockLoc,
@@ -108,6 +115,17 @@ impl Ckpt {
         }
         v
     }
+}
+
+/// A checkpoint being written concurrently with writers: its own BTT, started as a copy of the
+/// current one, into which the snapshot's dirty nodes are placed (B8).
+#[derive(Debug)]
+struct InProgress {
+    btt: Vec<Slot>,
+    /// Extents written for this checkpoint.
+    written: Vec<(usize, BlockLoc)>,
+    /// Ids freed since it began: the checkpoint still references them (B7).
+    freed_ids: Vec<u64>,
 }
 
 /// The decoded fields of a header slot.
@@ -178,6 +196,8 @@ pub struct BlockFile {
     pending_free: Vec<(usize, BlockLoc)>,
     /// Ids freed since the last checkpoint (B7) and ids free for reuse now.
     pending_ids: Vec<u64>,
+    /// The checkpoint being written while writers continue (B8), if any.
+    in_progress: Option<InProgress>,
     free_ids: BTreeSet<u64>,
     lsn: Lsn,
     file_len: u64,
@@ -271,6 +291,16 @@ fn decode_header(slot: usize, b: &[u8]) -> SlotState {
         },
         meta_crc: le_u32(b, 60),
     })
+}
+
+/// Fuzzing entry point: decodes header slot 0 from `b`.
+pub(crate) fn fuzz_header(b: &[u8]) {
+    let _ = decode_header(0, b);
+}
+
+/// Fuzzing entry point: decodes a BTT from `b`.
+pub(crate) fn fuzz_btt(b: &[u8]) -> bool {
+    decode_btt(b, "fuzzed translation table").is_ok()
 }
 
 /// Where an extent may start (B1): aligned, after the header slots, and low enough that adding
@@ -388,6 +418,7 @@ impl BlockFile {
         };
         let empty = Ckpt {
             generation: 1,
+            lsn: Lsn(0),
             btt: Vec::new(),
             btt_ext: BlockLoc::NONE,
             meta_ext,
@@ -403,6 +434,7 @@ impl BlockFile {
             newest: empty,
             pending_free: Vec::new(),
             pending_ids: Vec::new(),
+            in_progress: None,
             free_ids: BTreeSet::new(),
             lsn: Lsn(0),
             file_len: 0,
@@ -519,6 +551,7 @@ impl BlockFile {
             previous,
             pending_free,
             pending_ids: Vec::new(),
+            in_progress: None,
             free_ids,
             lsn: top.lsn,
             file_len,
@@ -541,6 +574,37 @@ impl BlockFile {
     /// LSN of the newest durable checkpoint.
     pub fn checkpoint_lsn(&self) -> Lsn {
         self.lsn
+    }
+
+    /// LSN of the older durable checkpoint (the fallback if the newest header is damaged), or of
+    /// the newest if the older one is unreadable. The write-ahead log must keep every record
+    /// from here on (W5).
+    pub fn oldest_checkpoint_lsn(&self) -> Lsn {
+        match &self.previous {
+            Some(p) => p.lsn.min(self.newest.lsn),
+            None => self.newest.lsn,
+        }
+    }
+
+    /// Reserves a fixed region of `len` bytes (the write-ahead log) as a BTT entry under a fresh
+    /// id, and extends the device to cover it (sparse where the device allows). The entry is never
+    /// rewritten, so after the next checkpoint B4 protects the region for good; the caller
+    /// records the id and writes inside the region through [`device`](Self::device).
+    pub fn reserve_region(&mut self, len: u32) -> Result<(NodeId, BlockLoc)> {
+        let id = self.alloc_node_id();
+        let loc = self.reserve(id, len)?;
+        let end = loc.offset + loc.extent_len();
+        let dev_len = self
+            .dev
+            .len()
+            .map_err(|e| Error::io("reading device length", e))?;
+        if dev_len < end {
+            self.dev
+                .set_len(end)
+                .map_err(|e| Error::io("extending the file for the log region", e))?;
+        }
+        self.file_len = self.file_len.max(end);
+        Ok((id, loc))
     }
 
     /// A fresh node id: the lowest id free since before the last checkpoint (B7), else a new one.
@@ -639,7 +703,85 @@ impl BlockFile {
         }
         self.cur[i] = Slot::Free;
         self.release(i, old);
-        self.pending_ids.push(id.0);
+        match &mut self.in_progress {
+            Some(ip) => ip.freed_ids.push(id.0),
+            None => self.pending_ids.push(id.0),
+        }
+    }
+
+    /// Starts a checkpoint that is written while writers continue (B8): its BTT begins as a copy
+    /// of the current one. Until [`commit_checkpoint`](Self::commit_checkpoint), extents it
+    /// references are protected like a durable checkpoint's (B4).
+    pub fn begin_checkpoint(&mut self) -> Result<()> {
+        if let Some(p) = &self.poisoned {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        if self.in_progress.is_some() {
+            return Err(Error::InvalidArgument(
+                "a checkpoint is already in progress".into(),
+            ));
+        }
+        self.in_progress = Some(InProgress {
+            btt: self.cur.clone(),
+            written: Vec::new(),
+            freed_ids: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Allocates a fresh extent for node `id`'s snapshot and places it in the in-progress BTT
+    /// only; the current BTT (used by readers and eviction) is untouched. The caller writes
+    /// `len` bytes at the returned offset through [`device`](Self::device) before committing.
+    pub fn reserve_for_checkpoint(&mut self, id: NodeId, len: u32) -> Result<BlockLoc> {
+        let Some(ip) = &mut self.in_progress else {
+            return Err(Error::InvalidArgument("no checkpoint in progress".into()));
+        };
+        let i = id.0 as usize;
+        if !matches!(ip.btt.get(i), Some(Slot::Reserved | Slot::At(_))) {
+            return Err(Error::InvalidArgument(format!(
+                "node {id} was not allocated when the checkpoint began"
+            )));
+        }
+        let loc = BlockLoc {
+            offset: self.alloc.alloc(len as u64),
+            len,
+        };
+        ip.btt[i] = Slot::At(loc);
+        ip.written.push((i, loc));
+        self.file_len = self.file_len.max(loc.offset + len as u64);
+        Ok(loc)
+    }
+
+    /// Commits the in-progress BTT and `meta` with the same protocol as
+    /// [`checkpoint`](Self::checkpoint) (B3). Extents written for it stay protected while a
+    /// durable checkpoint references them; [`adopt`](Self::adopt) moves one into the current BTT
+    /// when the cached node has not changed since the snapshot.
+    pub fn commit_checkpoint(&mut self, lsn: Lsn, meta: &[u8]) -> Result<()> {
+        let Some(ip) = self.in_progress.take() else {
+            return Err(Error::InvalidArgument("no checkpoint in progress".into()));
+        };
+        let r = self.commit_table(ip.btt, lsn, meta);
+        // Written extents are referenced by the new checkpoint (or by nothing, if it failed and
+        // the handle is poisoned); either way they leave with the checkpoints that hold them.
+        self.pending_free.extend(ip.written);
+        self.pending_ids.extend(ip.freed_ids);
+        r
+    }
+
+    /// Points node `id` of the current BTT at `loc`, an extent the last committed checkpoint
+    /// wrote for it, because the cached node is unchanged since that checkpoint's snapshot.
+    pub fn adopt(&mut self, id: NodeId, loc: BlockLoc) {
+        let i = id.0 as usize;
+        let Some(pos) = self.pending_free.iter().position(|&e| e == (i, loc)) else {
+            debug_assert!(false, "adopt of an extent the checkpoint did not write");
+            return;
+        };
+        if !matches!(self.cur.get(i), Some(Slot::Reserved | Slot::At(_))) {
+            return;
+        }
+        self.pending_free.swap_remove(pos);
+        let old = std::mem::replace(&mut self.cur[i], Slot::At(loc));
+        self.release(i, old);
     }
 
     /// Commits the current BTT and `meta` as checkpoint `generation + 1` (protocol in
@@ -654,9 +796,22 @@ impl BlockFile {
         if let Some(p) = &self.poisoned {
             return Err(Error::Poisoned(p.clone()));
         }
+        if self.in_progress.is_some() {
+            return Err(Error::InvalidArgument(
+                "a checkpoint is already in progress".into(),
+            ));
+        }
+        self.commit_table(self.cur.clone(), lsn, meta)
+    }
+
+    /// Commits `table` as the next checkpoint (see [`checkpoint`](Self::checkpoint)).
+    fn commit_table(&mut self, table: Vec<Slot>, lsn: Lsn, meta: &[u8]) -> Result<()> {
+        if let Some(p) = &self.poisoned {
+            return Err(Error::Poisoned(p.clone()));
+        }
         let meta_len = u32::try_from(meta.len())
             .map_err(|_| Error::InvalidArgument("meta blob over 4 GiB".into()))?;
-        let btt = encode_btt(&self.cur);
+        let btt = encode_btt(&table);
         let btt_len = u32::try_from(btt.len())
             .map_err(|_| Error::InvalidArgument("translation table over 4 GiB".into()))?;
         let mut blob = |len: u32| match len {
@@ -694,7 +849,8 @@ impl BlockFile {
         // Commit in memory: the new checkpoint replaces the one whose slot was overwritten.
         let ck = Ckpt {
             generation,
-            btt: self.cur.clone(),
+            lsn,
+            btt: table,
             btt_ext,
             meta_ext,
         };
@@ -768,8 +924,12 @@ impl BlockFile {
     /// checkpoint references it (B4), in which case it waits in `pending_free`.
     fn release(&mut self, i: usize, old: Slot) {
         if let Slot::At(loc) = old {
-            let durable =
-                self.newest.has(i, loc) || self.previous.as_ref().is_some_and(|p| p.has(i, loc));
+            let durable = self.newest.has(i, loc)
+                || self.previous.as_ref().is_some_and(|p| p.has(i, loc))
+                || self
+                    .in_progress
+                    .as_ref()
+                    .is_some_and(|ip| ip.btt.get(i) == Some(&Slot::At(loc)));
             if durable {
                 self.pending_free.push((i, loc));
             } else {
@@ -862,6 +1022,7 @@ fn load_ckpt(dev: &dyn BlockDevice, h: &Header, file_len: u64) -> Result<(Ckpt, 
     Ok((
         Ckpt {
             generation: g,
+            lsn: h.lsn,
             btt,
             btt_ext: h.btt,
             meta_ext: h.meta,

@@ -156,6 +156,15 @@ impl Cache {
         self.used.load(Ordering::Relaxed) > self.limit
     }
 
+    /// Whether `node` is the version the cache holds for its id (not replaced by a writer since
+    /// it was handed out: a writer's `take` always leaves a different `Arc` behind).
+    pub(crate) fn is_current(&self, node: &SharedNode) -> bool {
+        self.map
+            .lock()
+            .get(&node.id)
+            .is_some_and(|s| Arc::ptr_eq(&s.node, node))
+    }
+
     /// Every dirty node (for a checkpoint).
     pub(crate) fn dirty(&self) -> Vec<SharedNode> {
         let map = self.map.lock();

@@ -130,9 +130,86 @@ impl BlockDevice for FileDevice {
 }
 
 /// An in-memory device for tests and for images built in memory. `punch_hole` zero-fills.
+/// Storage is sparse (64 KiB chunks, absent chunks read as zeros), so an image with a large
+/// preallocated log region costs only what was written.
 #[derive(Debug, Default)]
 pub struct MemDevice {
-    bytes: Mutex<Vec<u8>>,
+    bytes: Mutex<Sparse>,
+}
+
+const CHUNK: usize = 64 << 10;
+
+#[derive(Debug, Default)]
+struct Sparse {
+    len: u64,
+    chunks: std::collections::BTreeMap<u64, Box<[u8]>>,
+}
+
+impl Sparse {
+    fn read(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let end = end_of(offset, buf.len())? as u64;
+        if end > self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("read of [{offset}, {end}) past end {}", self.len),
+            ));
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let (ci, within) = (pos / CHUNK as u64, (pos % CHUNK as u64) as usize);
+            let n = (CHUNK - within).min(buf.len() - done);
+            match self.chunks.get(&ci) {
+                Some(c) => buf[done..done + n].copy_from_slice(&c[within..within + n]),
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let end = end_of(offset, buf.len())? as u64;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let (ci, within) = (pos / CHUNK as u64, (pos % CHUNK as u64) as usize);
+            let n = (CHUNK - within).min(buf.len() - done);
+            let c = self
+                .chunks
+                .entry(ci)
+                .or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
+            c[within..within + n].copy_from_slice(&buf[done..done + n]);
+            done += n;
+        }
+        self.len = self.len.max(end);
+        Ok(())
+    }
+
+    /// Zeroes `[offset, end)` (clamped to the length), dropping whole chunks.
+    fn zero(&mut self, offset: u64, end: u64) {
+        let end = end.min(self.len);
+        let mut pos = offset;
+        while pos < end {
+            let (ci, within) = (pos / CHUNK as u64, (pos % CHUNK as u64) as usize);
+            let n = ((CHUNK - within) as u64).min(end - pos) as usize;
+            if within == 0 && n == CHUNK {
+                self.chunks.remove(&ci);
+            } else if let Some(c) = self.chunks.get_mut(&ci) {
+                c[within..within + n].fill(0);
+            }
+            pos += n as u64;
+        }
+    }
+
+    fn set_len(&mut self, len: u64) {
+        if len < self.len {
+            self.zero(len, self.len);
+            let first_dead = len.div_ceil(CHUNK as u64);
+            self.chunks.retain(|&ci, _| ci < first_dead);
+        }
+        self.len = len;
+    }
 }
 
 impl MemDevice {
@@ -143,14 +220,24 @@ impl MemDevice {
 
     /// A device holding `bytes` (e.g. a snapshot taken earlier).
     pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        let mut s = Sparse::default();
+        for (i, c) in bytes.chunks(CHUNK).enumerate() {
+            if c.iter().any(|&b| b != 0) {
+                let _ = s.write(c, (i * CHUNK) as u64);
+            }
+        }
+        s.len = bytes.len() as u64;
         MemDevice {
-            bytes: Mutex::new(bytes),
+            bytes: Mutex::new(s),
         }
     }
 
     /// A copy of the current contents.
     pub fn snapshot(&self) -> Vec<u8> {
-        self.bytes.lock().clone()
+        let s = self.bytes.lock();
+        let mut v = vec![0u8; s.len as usize];
+        let _ = s.read(&mut v, 0);
+        v
     }
 }
 
@@ -192,35 +279,40 @@ fn mem_punch(v: &mut [u8], offset: u64, len: u64) {
 
 impl BlockDevice for MemDevice {
     fn len(&self) -> io::Result<u64> {
-        Ok(self.bytes.lock().len() as u64)
+        Ok(self.bytes.lock().len)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        mem_read(&self.bytes.lock(), buf, offset)
+        self.bytes.lock().read(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        mem_write(&mut self.bytes.lock(), buf, offset)
+        self.bytes.lock().write(buf, offset)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        let len = end_of(len, 0)?;
-        self.bytes.lock().resize(len, 0);
+        end_of(len, 0)?;
+        self.bytes.lock().set_len(len);
         Ok(())
     }
     fn sync(&self) -> io::Result<()> {
         Ok(())
     }
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        mem_punch(&mut self.bytes.lock(), offset, len);
+        self.bytes.lock().zero(offset, offset.saturating_add(len));
         Ok(())
     }
 }
 
 /// Wraps a device and fails its `n`-th mutating call (write, set_len, sync, punch_hole; counted
-/// from 0) and every mutating call after it, like a disk that died. Reads pass through.
+/// from 0) and every mutating call after it, like a disk that died. Reads pass through unless
+/// [`FaultyDevice::failing_reads`] built it. The error is EIO-like, or ENOSPC for
+/// [`FaultyDevice::no_space`].
 #[derive(Debug)]
 pub struct FaultyDevice {
     inner: std::sync::Arc<dyn BlockDevice>,
     fail_at: u64,
     calls: AtomicU64,
+    enospc: bool,
+    fail_reads_at: u64,
+    reads: AtomicU64,
 }
 
 impl FaultyDevice {
@@ -230,6 +322,25 @@ impl FaultyDevice {
             inner,
             fail_at,
             calls: AtomicU64::new(0),
+            enospc: false,
+            fail_reads_at: u64::MAX,
+            reads: AtomicU64::new(0),
+        }
+    }
+
+    /// Like [`new`](Self::new), but the failures are ENOSPC (a full disk).
+    pub fn no_space(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
+        FaultyDevice {
+            enospc: true,
+            ..Self::new(inner, fail_at)
+        }
+    }
+
+    /// Fails read number `fail_at` (counted from 0) and all later reads; writes pass through.
+    pub fn failing_reads(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
+        FaultyDevice {
+            fail_reads_at: fail_at,
+            ..Self::new(inner, u64::MAX)
         }
     }
 
@@ -238,9 +349,18 @@ impl FaultyDevice {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// Reads attempted so far (failed ones included).
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+
     fn gate(&self) -> io::Result<()> {
         if self.calls.fetch_add(1, Ordering::SeqCst) >= self.fail_at {
-            Err(io::Error::other("injected I/O fault"))
+            if self.enospc {
+                Err(io::Error::from_raw_os_error(libc::ENOSPC))
+            } else {
+                Err(io::Error::other("injected I/O fault"))
+            }
         } else {
             Ok(())
         }
@@ -252,6 +372,9 @@ impl BlockDevice for FaultyDevice {
         self.inner.len()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if self.reads.fetch_add(1, Ordering::SeqCst) >= self.fail_reads_at {
+            return Err(io::Error::other("injected read fault"));
+        }
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -299,6 +422,18 @@ impl CrashDevice {
     /// An empty device.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A device whose durable (and current) contents are `bytes`, e.g. a crash image to recover
+    /// from (and crash again).
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        CrashDevice {
+            state: Mutex::new(CrashState {
+                durable: bytes.clone(),
+                current: bytes,
+                pending: Vec::new(),
+            }),
+        }
     }
 
     /// Number of operations not yet made durable.

@@ -1,16 +1,19 @@
-//! The environment: named trees sharing one block file, one node cache and one MSN sequence;
-//! atomic write batches across trees; checkpoints; open and close.
+//! The environment: named trees sharing one block file, one node cache, one MSN sequence and
+//! one write-ahead log; atomic, logged write batches across trees; group commit; checkpoints;
+//! recovery on open; close.
 //!
-//! Owns the catalog (tree names → root node ids, next MSN, compression), which is stored as the
-//! block file's meta blob in every checkpoint, and the rule that a failed write poisons the
-//! environment (invariant E2). Never: touches node internals (tree.rs) or block placement
-//! (blockfile.rs).
+//! Owns the catalog (tree names → root node ids, next MSN, compression, log region, log epoch),
+//! which is stored as the block file's meta blob in every checkpoint, and the rule that a failed
+//! write or sync poisons the environment (invariant E2). Never: touches node internals (tree.rs),
+//! block placement (blockfile.rs) or log framing (wal.rs); never acknowledges a `Sync` commit
+//! before its log record is durable (W3); never applies a batch it has not logged first (W2).
 
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -26,6 +29,20 @@ use crate::msg::{Op, UpsertFn, UpsertRegistry};
 use crate::node::Node;
 use crate::tree::{self, Ctx, Shape};
 use crate::varint::{put_varint, Reader};
+use crate::wal::{self, LogRecord, Region, Wal};
+
+/// How durable a committed write batch is when [`Env::write_with`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Returns after the batch's log record is on stable storage (an fsync, shared with
+    /// concurrent `Sync` commits: group commit).
+    Sync,
+    /// Returns once the batch is logged and applied in memory; it becomes durable with the next
+    /// [`Env::sync`], `Sync` commit, periodic flush ([`Options::sync_interval`]) or checkpoint.
+    /// A crash can lose it, and then every later batch too (the log is a prefix), never part of it.
+    #[default]
+    Buffered,
+}
 
 /// Options of an environment. Shape options apply when it is created; compression is
 /// remembered in the image.
@@ -43,6 +60,19 @@ pub struct Options {
     pub compression: Compression,
     /// Registered upsert functions.
     pub upserts: UpsertRegistry,
+    /// Bytes of the write-ahead log region, reserved when the image is created (a multiple of
+    /// 4096, at least 16 KiB). A checkpoint starts when a quarter of it has been written since
+    /// the last one; a batch may not exceed half of it.
+    pub log_bytes: u64,
+    /// How often a background thread syncs `Buffered` commits; `None` disables it (they are then
+    /// durable only by [`Env::sync`], a `Sync` commit or a checkpoint).
+    pub sync_interval: Option<Duration>,
+    /// Durability of [`Env::write`] and of the [`Tree`] convenience methods.
+    pub durability: Durability,
+    /// Whether checkpoints the log asks for run on a background thread (default). Without it
+    /// the writer that notices runs them, which keeps a single-threaded run deterministic (the
+    /// crash test relies on that).
+    pub checkpoint_thread: bool,
 }
 
 impl Default for Options {
@@ -54,6 +84,10 @@ impl Default for Options {
             fanout: 16,
             compression: Compression::Lz4,
             upserts: UpsertRegistry::default(),
+            log_bytes: 256 << 20,
+            sync_interval: Some(Duration::from_millis(100)),
+            durability: Durability::Buffered,
+            checkpoint_thread: true,
         }
     }
 }
@@ -77,6 +111,15 @@ impl Options {
                 self.cache_bytes, self.node_bytes
             )));
         }
+        if self.log_bytes < 16 << 10
+            || self.log_bytes > u32::MAX as u64
+            || !self.log_bytes.is_multiple_of(crate::blockfile::ALIGN)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "log_bytes must be a multiple of 4096 from 16 KiB to 4 GiB (got {})",
+                self.log_bytes
+            )));
+        }
         Ok(())
     }
 }
@@ -90,6 +133,10 @@ pub struct Stats {
     pub file: BlockFileStats,
     /// Messages accepted since open.
     pub messages: u64,
+    /// Device syncs issued by group commit since open.
+    pub log_syncs: u64,
+    /// LSN past the last log record.
+    pub log_end: Lsn,
 }
 
 struct TreeEntry {
@@ -102,6 +149,10 @@ struct State {
     by_name: HashMap<String, usize>,
     next_msn: u64,
     messages: u64,
+    /// BTT id of the log region (a fixed extent, never rewritten).
+    log_id: NodeId,
+    /// Epoch of this open's log records (W6); bumped and checkpointed by every open.
+    epoch: u32,
 }
 
 pub(crate) struct Inner {
@@ -113,6 +164,28 @@ pub(crate) struct Inner {
     upserts: UpsertRegistry,
     poisoned: Mutex<Option<String>>,
     closed: AtomicBool,
+    wal: Wal,
+    durability: Durability,
+    /// One checkpoint at a time (held for its whole duration; never taken under `state`).
+    ckpt_lock: Mutex<()>,
+    /// Wakes the checkpoint thread, if there is one.
+    ckpt_signal: Option<Arc<CkptSignal>>,
+}
+
+struct CkptSignal {
+    want: Mutex<bool>,
+    cv: parking_lot::Condvar,
+}
+
+impl Inner {
+    /// Records the first failure (E2) and fails every waiter of the log (W3).
+    fn set_poison(&self, why: String) {
+        self.wal.fail(&why);
+        let mut p = self.poisoned.lock();
+        if p.is_none() {
+            *p = Some(why);
+        }
+    }
 }
 
 /// An open environment. Cheap to clone; all clones share the same state.
@@ -130,7 +203,9 @@ impl std::fmt::Debug for Env {
 }
 
 const META_MAGIC: &[u8; 4] = b"FCAT";
-const META_VERSION: u32 = 1;
+const META_VERSION: u32 = 2;
+/// Catalog value of `log_id` while an image is being created (no log yet).
+const NO_LOG: u64 = u64::MAX;
 
 fn encode_meta(state: &State, shape: &Shape) -> Vec<u8> {
     let mut out = Vec::new();
@@ -152,6 +227,8 @@ fn encode_meta(state: &State, shape: &Shape) -> Vec<u8> {
         out.extend_from_slice(t.name.as_bytes());
         out.extend_from_slice(&t.root.0.to_le_bytes());
     }
+    out.extend_from_slice(&state.log_id.0.to_le_bytes());
+    out.extend_from_slice(&state.epoch.to_le_bytes());
     out
 }
 
@@ -192,6 +269,11 @@ fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
         }
         trees.push(TreeEntry { name, root });
     }
+    let log_id = NodeId(r.u64()?);
+    let epoch = r.u32()?;
+    if r.remaining() != 0 {
+        return Err(r.err("trailing bytes"));
+    }
     Ok((
         Shape {
             node_bytes,
@@ -204,8 +286,15 @@ fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
             by_name,
             next_msn,
             messages: 0,
+            log_id,
+            epoch,
         },
     ))
+}
+
+/// Fuzzing entry point: decodes a catalog.
+pub(crate) fn fuzz_catalog(b: &[u8]) -> bool {
+    decode_meta(b).is_ok()
 }
 
 impl Env {
@@ -234,20 +323,40 @@ impl Env {
             fanout: opts.fanout,
             compression: opts.compression,
         };
-        let state = State {
+        let mut state = State {
             trees: Vec::new(),
             by_name: HashMap::new(),
             next_msn: 1,
             messages: 0,
+            log_id: NodeId(NO_LOG),
+            epoch: 1,
         };
-        let bf = BlockFile::create(dev.clone(), &encode_meta(&state, &shape))?;
-        Ok(Env::assemble(dev, bf, shape, state, opts))
+        let mut bf = BlockFile::create(dev.clone(), &encode_meta(&state, &shape))?;
+        // Both header slots get a checkpoint that names the log region, so either one alone
+        // opens the image with its log (B4 then protects the region for good).
+        let (log_id, loc) = bf.reserve_region(opts.log_bytes as u32)?;
+        state.log_id = log_id;
+        for _ in 0..2 {
+            bf.checkpoint(Lsn(0), &encode_meta(&state, &shape))?;
+        }
+        let wal = Wal::new(
+            Region {
+                dev: dev.clone(),
+                loc,
+            },
+            Lsn(0),
+            state.epoch,
+        );
+        Ok(Env::assemble(dev, bf, shape, state, wal, opts))
     }
 
-    /// Opens an existing environment on a device.
+    /// Opens an existing environment on a device and recovers it: the newest valid checkpoint,
+    /// then every log record after it replayed through the write path (upserts through the
+    /// registered functions), then a checkpoint so the replay and the new log epoch are durable
+    /// before any new record is appended (W6, W7).
     pub fn open_on(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Env> {
         let opened = BlockFile::open(dev.clone())?;
-        let (shape, state) = decode_meta(&opened.meta)?;
+        let (shape, mut state) = decode_meta(&opened.meta)?;
         if opts.cache_bytes < 4 * shape.node_bytes {
             return Err(Error::InvalidArgument(format!(
                 "cache_bytes ({}) must hold at least 4 nodes of {} bytes",
@@ -265,7 +374,35 @@ impl Env {
                 ));
             }
         }
-        Ok(Env::assemble(dev, opened.file, shape, state, opts))
+        if state.log_id.0 == NO_LOG {
+            return Err(Error::corrupt(
+                "catalog",
+                "the image has no log region (its creation did not finish)",
+            ));
+        }
+        let loc = opened.file.loc(state.log_id).ok_or_else(|| {
+            Error::corrupt(
+                "catalog",
+                format!(
+                    "log region {} is not in the translation table",
+                    state.log_id
+                ),
+            )
+        })?;
+        let region = Region {
+            dev: dev.clone(),
+            loc,
+        };
+        let scanned = wal::scan(&region, opened.checkpoint_lsn, state.epoch)?;
+        state.epoch = state
+            .epoch
+            .checked_add(1)
+            .ok_or_else(|| Error::corrupt("catalog", "log epoch overflow"))?;
+        let wal = Wal::new(region, scanned.end, state.epoch);
+        let env = Env::assemble(dev, opened.file, shape, state, wal, opts);
+        env.replay(scanned.records)?;
+        env.checkpoint()?;
+        Ok(env)
     }
 
     fn assemble(
@@ -273,9 +410,10 @@ impl Env {
         bf: BlockFile,
         shape: Shape,
         state: State,
+        wal: Wal,
         opts: Options,
     ) -> Env {
-        Env {
+        let env = Env {
             inner: Arc::new(Inner {
                 state: RwLock::new(state),
                 cache: Cache::new(opts.cache_bytes),
@@ -285,8 +423,79 @@ impl Env {
                 upserts: opts.upserts,
                 poisoned: Mutex::new(None),
                 closed: AtomicBool::new(false),
+                wal,
+                durability: opts.durability,
+                ckpt_lock: Mutex::new(()),
+                ckpt_signal: opts.checkpoint_thread.then(|| {
+                    Arc::new(CkptSignal {
+                        want: Mutex::new(false),
+                        cv: parking_lot::Condvar::new(),
+                    })
+                }),
             }),
+        };
+        if let Some(every) = opts.sync_interval {
+            spawn_flusher(Arc::downgrade(&env.inner), every);
         }
+        if let Some(sig) = &env.inner.ckpt_signal {
+            spawn_checkpointer(Arc::downgrade(&env.inner), sig.clone());
+        }
+        env
+    }
+
+    /// Re-applies recovered log records the checkpoint does not hold (W7).
+    fn replay(&self, records: Vec<(Lsn, LogRecord)>) -> Result<()> {
+        let mut st = self.inner.state.write();
+        for (lsn, rec) in records {
+            let what = || format!("log record at LSN {lsn}");
+            match rec {
+                LogRecord::CreateTree { idx, name } => {
+                    let idx = idx as usize;
+                    match st.trees.get(idx) {
+                        Some(t) if t.name == name => {}
+                        Some(t) => {
+                            return Err(Error::corrupt(
+                                what(),
+                                format!(
+                                    "creates tree {name:?} at index {idx}, held by {:?}",
+                                    t.name
+                                ),
+                            ))
+                        }
+                        None if idx == st.trees.len() => {
+                            self.create_tree_locked(&mut st, &name);
+                        }
+                        None => {
+                            return Err(Error::corrupt(
+                                what(),
+                                format!("creates tree {idx} but only {} exist", st.trees.len()),
+                            ))
+                        }
+                    }
+                }
+                LogRecord::Batch { first_msn, ops } => {
+                    let n = ops.len() as u64;
+                    if first_msn.0 + n <= st.next_msn {
+                        continue; // the checkpoint holds it already
+                    }
+                    if first_msn.0 != st.next_msn {
+                        return Err(Error::corrupt(
+                            what(),
+                            format!("batch starts at MSN {first_msn}, expected {}", st.next_msn),
+                        ));
+                    }
+                    for (t, op) in &ops {
+                        if *t as usize >= st.trees.len() {
+                            return Err(Error::corrupt(what(), format!("names tree {t}")));
+                        }
+                        op.validate(&self.inner.upserts)?;
+                    }
+                    let r = self.apply_locked(&mut st, ops.iter().map(|(t, op)| (*t as usize, op)));
+                    self.poison(r)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn ctx(&self) -> Ctx<'_> {
@@ -314,12 +523,103 @@ impl Env {
     /// disk out of step (invariant E2).
     fn poison<T>(&self, r: Result<T>) -> Result<T> {
         if let Err(e) = &r {
-            let mut p = self.inner.poisoned.lock();
-            if p.is_none() {
-                *p = Some(e.to_string());
-            }
+            self.inner.set_poison(e.to_string());
         }
         r
+    }
+
+    /// Takes the write lock once the log has room for a record of `payload_len` bytes,
+    /// checkpointing (without the lock) as often as needed to make room (W5). A batch larger
+    /// than half the region is refused; if room cannot be made the write fails with
+    /// [`Error::NoSpace`] and nothing is written.
+    fn lock_with_log_room(
+        &self,
+        payload_len: usize,
+    ) -> Result<parking_lot::RwLockWriteGuard<'_, State>> {
+        let w = &self.inner.wal;
+        if Wal::framed_len(payload_len) > w.capacity() / 2 {
+            return Err(Error::InvalidArgument(format!(
+                "a write batch of {payload_len} log bytes exceeds half the log region ({} bytes)",
+                w.capacity()
+            )));
+        }
+        for attempt in 0..4 {
+            let st = self.inner.state.write();
+            let oldest = self.inner.bf.lock().oldest_checkpoint_lsn();
+            if w.fits(payload_len, oldest) {
+                return Ok(st);
+            }
+            drop(st);
+            if attempt < 3 {
+                // Each checkpoint moves the oldest needed LSN up to where the previous one was.
+                self.checkpoint()?;
+            }
+        }
+        Err(Error::NoSpace {
+            context: "appending to the write-ahead log: every record in it is still needed".into(),
+        })
+    }
+
+    /// Appends a record under the write lock (W2: LSN order is MSN order).
+    fn append_locked(&self, payload: &[u8]) -> Result<Lsn> {
+        let oldest = self.inner.bf.lock().oldest_checkpoint_lsn();
+        self.poison(self.inner.wal.append(payload, oldest))
+    }
+
+    /// Applies ops (already logged or being replayed) under the write lock, giving each the
+    /// next MSN in order.
+    fn apply_locked<'a>(
+        &self,
+        st: &mut State,
+        ops: impl Iterator<Item = (usize, &'a Op)>,
+    ) -> Result<()> {
+        // Group by tree, keeping order; each gets consecutive MSNs in batch order.
+        let mut per_tree: Vec<(usize, MsgBuffer)> = Vec::new();
+        let mut n = 0u64;
+        for (idx, op) in ops {
+            let msn = Msn(st.next_msn);
+            st.next_msn += 1;
+            n += 1;
+            match per_tree.iter_mut().find(|(i, _)| *i == idx) {
+                Some((_, b)) => b.push(op, msn),
+                None => {
+                    let mut b = MsgBuffer::new();
+                    b.push(op, msn);
+                    per_tree.push((idx, b));
+                }
+            }
+        }
+        for (_, b) in per_tree.iter_mut() {
+            b.seal();
+        }
+        st.messages += n;
+        let ctx = self.ctx();
+        for (idx, msgs) in &per_tree {
+            let root = st.trees[*idx].root;
+            st.trees[*idx].root = tree::write(&ctx, root, msgs)?;
+        }
+        ctx.cache.evict(&|n| ctx.write_node(n))
+    }
+
+    fn create_tree_locked(&self, st: &mut State, name: &str) -> usize {
+        let ctx = self.ctx();
+        let leaf = Node::new_leaf(ctx.new_id());
+        let root = leaf.id;
+        ctx.put(leaf);
+        let i = st.trees.len();
+        st.trees.push(TreeEntry {
+            name: name.to_string(),
+            root,
+        });
+        st.by_name.insert(name.to_string(), i);
+        i
+    }
+
+    /// Whether enough log has been written since the newest checkpoint that one should start.
+    fn wants_checkpoint(&self) -> bool {
+        let w = &self.inner.wal;
+        let newest = self.inner.bf.lock().checkpoint_lsn();
+        w.end().0.saturating_sub(newest.0) > w.capacity() / 4
     }
 
     /// Opens the tree named `name`, creating it if it does not exist.
@@ -334,20 +634,19 @@ impl Env {
             return Ok(self.handle(i, name));
         }
         self.check_writable()?;
-        let mut st = self.inner.state.write();
+        let st = self.inner.state.write();
         if let Some(&i) = st.by_name.get(name) {
             return Ok(self.handle(i, name));
         }
-        let ctx = self.ctx();
-        let leaf = Node::new_leaf(ctx.new_id());
-        let root = leaf.id;
-        ctx.put(leaf);
-        let i = st.trees.len();
-        st.trees.push(TreeEntry {
-            name: name.to_string(),
-            root,
-        });
-        st.by_name.insert(name.to_string(), i);
+        let payload = wal::encode_create_tree(st.trees.len() as u32, name);
+        drop(st);
+        let mut st = self.lock_with_log_room(payload.len())?;
+        if let Some(&i) = st.by_name.get(name) {
+            return Ok(self.handle(i, name));
+        }
+        let payload = wal::encode_create_tree(st.trees.len() as u32, name);
+        self.append_locked(&payload)?;
+        let i = self.create_tree_locked(&mut st, name);
         Ok(self.handle(i, name))
     }
 
@@ -370,9 +669,17 @@ impl Env {
         }
     }
 
-    /// Applies a batch atomically: every operation, in order, across any trees of this
-    /// environment.
+    /// Applies a batch atomically with the environment's default durability
+    /// ([`Options::durability`], `Buffered` unless configured).
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.write_with(batch, self.inner.durability)
+    }
+
+    /// Applies a batch atomically: every operation, in order, across any trees of this
+    /// environment. The batch is logged as one record before it is applied (W2); with
+    /// [`Durability::Sync`] this returns after the record is durable, sharing the fsync with
+    /// concurrent `Sync` commits (W3). After a crash the batch is recovered whole or not at all.
+    pub fn write_with(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
         if batch.ops.is_empty() {
             return Ok(());
         }
@@ -383,50 +690,132 @@ impl Env {
             op.validate(&self.inner.upserts)?;
         }
         self.check_writable()?;
-        let mut st = self.inner.state.write();
-        // Group by tree, keeping order; each gets consecutive MSNs in batch order.
-        let mut per_tree: Vec<(usize, MsgBuffer)> = Vec::new();
-        for (t, op) in &batch.ops {
-            let msn = Msn(st.next_msn);
-            st.next_msn += 1;
-            match per_tree.iter_mut().find(|(i, _)| *i == t.idx) {
-                Some((_, b)) => b.push(op, msn),
-                None => {
-                    let mut b = MsgBuffer::new();
-                    b.push(op, msn);
-                    per_tree.push((t.idx, b));
-                }
-            }
+        let mut payload = wal::encode_batch(batch.ops.iter().map(|(t, op)| (t.idx as u32, op)));
+        let mut st = self.lock_with_log_room(payload.len())?;
+        wal::set_first_msn(&mut payload, Msn(st.next_msn));
+        let end = self.append_locked(&payload)?;
+        let r = self.apply_locked(&mut st, batch.ops.iter().map(|(t, op)| (t.idx, op)));
+        self.poison(r)?;
+        drop(st);
+        if self.wants_checkpoint() {
+            self.request_checkpoint()?;
         }
-        for (_, b) in per_tree.iter_mut() {
-            b.seal();
+        if durability == Durability::Sync {
+            self.poison(self.inner.wal.wait_durable(end))?;
         }
-        st.messages += batch.ops.len() as u64;
-        let ctx = self.ctx();
-        let result = (|| {
-            for (idx, msgs) in &per_tree {
-                let root = st.trees[*idx].root;
-                st.trees[*idx].root = tree::write(&ctx, root, msgs)?;
-            }
-            ctx.cache.evict(&|n| ctx.write_node(n))
-        })();
-        self.poison(result)
+        Ok(())
     }
 
-    /// Writes every dirty node and commits a new checkpoint. When it returns Ok, everything
-    /// written before the call survives a crash.
+    /// Makes every batch written so far durable (one fsync, shared with concurrent commits).
+    pub fn sync(&self) -> Result<()> {
+        self.check_writable()?;
+        self.poison(self.inner.wal.sync_all())
+    }
+
+    /// Starts a checkpoint because the log passed its threshold: wakes the checkpoint thread,
+    /// or (without one) runs it here unless one is already running.
+    fn request_checkpoint(&self) -> Result<()> {
+        if let Some(sig) = &self.inner.ckpt_signal {
+            *sig.want.lock() = true;
+            sig.cv.notify_one();
+            return Ok(());
+        }
+        let Some(_one) = self.inner.ckpt_lock.try_lock() else {
+            return Ok(());
+        };
+        if self.wants_checkpoint() {
+            self.checkpoint_fuzzy()?;
+        }
+        Ok(())
+    }
+
+    /// Commits a checkpoint of everything written before the call, at the log's end; log space
+    /// before the older checkpoint becomes reusable. Writers keep writing while the nodes are
+    /// encoded and written (see `checkpoint_fuzzy`). When it returns Ok, everything written
+    /// before the call survives a crash.
     pub fn checkpoint(&self) -> Result<()> {
         self.check_writable()?;
+        let _one = self.inner.ckpt_lock.lock();
+        self.checkpoint_fuzzy()
+    }
+
+    /// The old "sharp" checkpoint, which holds the write lock while it writes every dirty node.
+    /// Kept for comparison benchmarks (docs/BENCHMARKS.md); [`Env::checkpoint`] is what to use.
+    #[doc(hidden)]
+    pub fn checkpoint_sharp(&self) -> Result<()> {
+        self.check_writable()?;
+        let _one = self.inner.ckpt_lock.lock();
         let st = self.inner.state.write();
+        self.checkpoint_locked(&st)
+    }
+
+    /// A checkpoint that stops writers only twice, briefly (invariant E3):
+    /// 1. under the write lock: note the log's end (the checkpoint LSN), encode the catalog,
+    ///    take `Arc`s of every dirty cached node (a writer that changes one later gets a copy:
+    ///    `Cache::take` copies a node someone else holds) and begin an in-progress BTT (B8);
+    /// 2. without it: encode and write each snapshot node to a fresh extent of the in-progress
+    ///    BTT, then commit (B3);
+    /// 3. under the write lock: nodes the cache still holds in the snapshot's version are clean
+    ///    now and the current BTT adopts their new blocks; changed ones stay dirty.
+    ///
+    /// The caller holds `ckpt_lock`.
+    fn checkpoint_fuzzy(&self) -> Result<()> {
+        let i = &self.inner;
+        let (lsn, meta, snapshot) = {
+            let st = i.state.write();
+            let lsn = i.wal.end();
+            let meta = encode_meta(&st, &i.shape);
+            let snapshot = i.cache.dirty();
+            let r = i.bf.lock().begin_checkpoint();
+            self.poison(r)?;
+            (lsn, meta, snapshot)
+        };
+        let written = (|| {
+            let mut locs = Vec::with_capacity(snapshot.len());
+            for n in &snapshot {
+                let bytes = n.encode(i.shape.compression);
+                let len = u32::try_from(bytes.len()).map_err(|_| {
+                    Error::InvalidArgument(format!("node {} block over 4 GiB", n.id))
+                })?;
+                let loc = i.bf.lock().reserve_for_checkpoint(n.id, len)?;
+                i.dev
+                    .write_at(&bytes, loc.offset)
+                    .map_err(|e| Error::io(format!("writing node {} for a checkpoint", n.id), e))?;
+                locs.push(loc);
+            }
+            i.bf.lock().commit_checkpoint(lsn, &meta)?;
+            Ok(locs)
+        })();
+        let locs = self.poison(written)?;
+        // The checkpoint's syncs covered every log record written before the snapshot.
+        i.wal.mark_durable(lsn);
+        let _st = i.state.write();
+        let mut bf = i.bf.lock();
+        for (n, loc) in snapshot.iter().zip(locs) {
+            if i.cache.is_current(n) {
+                bf.adopt(n.id, loc);
+                n.set_dirty(false);
+            }
+        }
+        Ok(())
+    }
+
+    /// The sharp checkpoint: everything under the write lock.
+    fn checkpoint_locked(&self, st: &State) -> Result<()> {
         let ctx = self.ctx();
+        let lsn = self.inner.wal.end();
         let result = (|| {
             for n in ctx.cache.dirty() {
                 ctx.write_node(&n)?;
                 n.set_dirty(false);
             }
-            let meta = encode_meta(&st, &self.inner.shape);
-            self.inner.bf.lock().checkpoint(Lsn(st.next_msn), &meta)
+            let meta = encode_meta(st, &self.inner.shape);
+            self.inner.bf.lock().checkpoint(lsn, &meta)
         })();
+        if result.is_ok() {
+            // The checkpoint's syncs covered every log record written before it.
+            self.inner.wal.mark_durable(lsn);
+        }
         self.poison(result)
     }
 
@@ -448,6 +837,8 @@ impl Env {
             cache: self.inner.cache.stats(),
             file: self.inner.bf.lock().stats(),
             messages: st.messages,
+            log_syncs: self.inner.wal.syncs.load(Ordering::Relaxed),
+            log_end: self.inner.wal.end(),
         }
     }
 
@@ -518,9 +909,59 @@ impl Drop for Inner {
                 n.set_dirty(false);
             }
             let meta = encode_meta(st, &self.shape);
-            self.bf.lock().checkpoint(Lsn(st.next_msn), &meta)
+            self.bf.lock().checkpoint(self.wal.end(), &meta)
         })();
     }
+}
+
+/// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
+fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
+    let _ = std::thread::Builder::new()
+        .name("fern-checkpoint".into())
+        .spawn(move || loop {
+            {
+                let mut want = sig.want.lock();
+                if !*want {
+                    sig.cv.wait_for(&mut want, Duration::from_millis(200));
+                }
+                if !std::mem::take(&mut *want) {
+                    if inner.strong_count() == 0 {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            let Some(inner) = inner.upgrade() else { return };
+            if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
+                return;
+            }
+            let env = Env { inner };
+            let Some(_one) = env.inner.ckpt_lock.try_lock() else {
+                continue; // a checkpoint is running; it covers this request
+            };
+            if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
+                return; // poisoned
+            }
+        });
+}
+
+/// Syncs `Buffered` commits every `every` until the environment is dropped, closed or poisoned.
+fn spawn_flusher(inner: Weak<Inner>, every: Duration) {
+    let _ = std::thread::Builder::new()
+        .name("fern-log-flush".into())
+        .spawn(move || loop {
+            std::thread::sleep(every);
+            let Some(inner) = inner.upgrade() else { return };
+            if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
+                return;
+            }
+            if inner.wal.has_unsynced() {
+                if let Err(e) = inner.wal.sync_all() {
+                    inner.set_poison(e.to_string());
+                    return;
+                }
+            }
+        });
 }
 
 /// A handle to one named tree. Cheap to clone; usable from many threads.

@@ -17,16 +17,19 @@ mod cursor;
 pub mod device;
 mod env;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 mod ids;
 mod msg;
 mod node;
 mod tree;
 mod varint;
+pub mod wal;
 
 pub use cache::CacheStats;
 pub use codec::Compression;
 pub use cursor::Cursor;
-pub use env::{Env, Options, Stats, Tree, WriteBatch};
+pub use env::{Durability, Env, Options, Stats, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{Op, UpsertFn, UpsertRegistry};

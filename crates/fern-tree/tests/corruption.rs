@@ -17,6 +17,8 @@ fn opts() -> Options {
         basement_bytes: 2 << 10,
         fanout: 4,
         // Big enough for one MAX_VALUE_LEN insert (a batch may take half the log region).
+        log_bytes: 4 << 20,
+        sync_interval: None,
         ..Options::default()
     }
 }
