@@ -1,0 +1,57 @@
+# Shared by the scripts that test a real fernfs mount: builds fernfs, makes a temporary image,
+# mounts it, and always unmounts and removes it on exit. Source it, then call fern_setup
+# [MOUNT_OPTIONS]; it sets $fernfs, $work, $mnt, $img.
+# Skips (exit 0 with a SKIPPED line) when the machine cannot mount FUSE, unless FERN_REQUIRE_FUSE=1.
+
+fern_skip_or_fail() {
+  if [ "${FERN_REQUIRE_FUSE:-0}" = 1 ]; then
+    echo "FAILED: $1" >&2
+    exit 1
+  fi
+  echo "SKIPPED: $1" >&2
+  exit 0
+}
+
+fern_setup() {
+  [ -e /dev/fuse ] || fern_skip_or_fail "/dev/fuse is absent"
+  if [ "$(id -u)" != 0 ] && ! command -v fusermount3 >/dev/null; then
+    fern_skip_or_fail "not root and no fusermount3 (apt-get install fuse3)"
+  fi
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  echo "== building fernfs (release)" >&2
+  (cd "$root" && cargo build --release -q -p fernfs)
+  fernfs="${CARGO_TARGET_DIR:-$root/target}/release/fernfs"
+  work=$(mktemp -d "${TMPDIR:-/tmp}/fernfs-test.XXXXXX")
+  chmod 0755 "$work" # other users (pjdfstest's dummy users) must reach the mount
+  mnt="$work/mnt"
+  img="$work/fernfs.img"
+  mkdir -p "$mnt"
+  trap fern_teardown EXIT
+  trap 'exit 130' INT TERM
+  "$fernfs" mkfs "$img" 2>/dev/null
+  if [ -n "${1:-}" ]; then
+    "$fernfs" mount "$img" "$mnt" -o "$1"
+  else
+    "$fernfs" mount "$img" "$mnt"
+  fi
+  fern_mounted=1
+}
+
+# Unmounts (waiting for the daemon to close the image) and checks the image with fsck.
+fern_unmount_and_fsck() {
+  "$fernfs" umount "$mnt"
+  fern_mounted=0
+  "$fernfs" fsck "$img"
+}
+
+fern_teardown() {
+  local rc=$?
+  cd /
+  if [ "${fern_mounted:-0}" = 1 ]; then
+    "$fernfs" umount "$mnt" 2>/dev/null || "$fernfs" umount --lazy "$mnt" 2>/dev/null \
+      || fusermount3 -u -z "$mnt" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+  exit $rc
+}
