@@ -80,7 +80,7 @@ impl Default for Options {
         Options {
             cache_bytes: 64 << 20,
             node_bytes: 1 << 20,
-            basement_bytes: 64 << 10,
+            basement_bytes: 16 << 10,
             fanout: 16,
             compression: Compression::Lz4,
             upserts: UpsertRegistry::default(),
@@ -795,6 +795,8 @@ impl Env {
             if i.cache.is_current(n) {
                 bf.adopt(n.id, loc);
                 n.set_dirty(false);
+            } else {
+                bf.not_adopted(n.id, loc);
             }
         }
         Ok(())
