@@ -14,10 +14,18 @@ fn keys() -> impl Iterator<Item = Vec<u8>> {
 }
 
 fn main() {
-    let basement: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(64) << 10;
+    let basement: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
+        << 10;
     let path = std::env::temp_dir().join(format!("fern-lookup-{basement}.img"));
     let _ = std::fs::remove_file(&path);
-    let opts = Options { cache_bytes: 32 << 20, basement_bytes: basement, ..Options::default() };
+    let opts = Options {
+        cache_bytes: 32 << 20,
+        basement_bytes: basement,
+        ..Options::default()
+    };
     let env = Env::create(&path, opts.clone()).unwrap();
     let t = env.tree("t").unwrap();
     let mut ks = keys();
@@ -32,7 +40,10 @@ fn main() {
     }
     env.close().unwrap();
     let ins = t0.elapsed().as_secs_f64();
-    let _ = std::process::Command::new("sh").arg("-c").arg("sync; echo 3 > /proc/sys/vm/drop_caches").status();
+    let _ = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("sync; echo 3 > /proc/sys/vm/drop_caches")
+        .status();
     let env = Env::open(&path, opts).unwrap();
     let t = env.tree("t").unwrap();
     let all: Vec<Vec<u8>> = keys().take(1_000_000).collect();

@@ -6,7 +6,10 @@ use fern_tree::{Env, Options, WriteBatch};
 
 fn main() {
     let path = std::env::temp_dir().join("fern-scan-profile.img");
-    let opts = Options { cache_bytes: 32 << 20, ..Options::default() };
+    let opts = Options {
+        cache_bytes: 32 << 20,
+        ..Options::default()
+    };
     if !path.exists() {
         let env = Env::create(&path, opts.clone()).unwrap();
         let t = env.tree("t").unwrap();
@@ -35,7 +38,10 @@ fn main() {
             true
         })
         .unwrap();
-        println!("round {round}: {n} rows, {:.0} rows/s", n as f64 / t0.elapsed().as_secs_f64());
+        println!(
+            "round {round}: {n} rows, {:.0} rows/s",
+            n as f64 / t0.elapsed().as_secs_f64()
+        );
     }
     println!("{:?}", t.verify().unwrap());
 }
