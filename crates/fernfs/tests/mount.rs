@@ -1,0 +1,200 @@
+//! `fernfs mkfs`, `mount` (daemon), `umount` and `fsck` end to end on a real FUSE mount of a
+//! real image file: persistence across remounts, refusal to overwrite or double-mount, and
+//! `kill -9` of the daemon (every fsynced file survives the next mount; fsck is clean).
+//!
+//! Needs /dev/fuse and root (or fusermount3); otherwise prints SKIPPED and returns. Every
+//! mount is unmounted by a guard, lazily if need be, so a failing test leaves nothing behind.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn fernfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fernfs"))
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> Output {
+    fernfs().args(args).output().expect("run fernfs")
+}
+
+fn ok(args: &[&std::ffi::OsStr]) -> Output {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "fernfs {:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn fuse_available() -> Result<(), String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is absent".into());
+    }
+    let root = nix::unistd::geteuid().is_root();
+    if !root && Command::new("fusermount3").arg("-V").output().is_err() {
+        return Err("not root and no fusermount3".into());
+    }
+    Ok(())
+}
+
+/// Unmounts on drop, lazily, whatever state the daemon is in.
+struct MountGuard(PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let mounted = fs::read_to_string("/proc/mounts")
+            .map(|m| m.contains(&*self.0.to_string_lossy()))
+            .unwrap_or(false);
+        if mounted {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.0)
+                .output();
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// The pid of the daemon serving `img`.
+fn daemon_pid(img: &Path) -> Option<i32> {
+    let img = img.canonicalize().ok()?;
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        let has = |s: &[u8]| args.iter().any(|a| *a == s);
+        if has(b"mount") && has(b"-f") && has(img.to_string_lossy().as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn wait_gone(pid: i32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return true;
+        }
+        // A zombie child of ours would linger; the daemon is not our child (re-executed by
+        // `fernfs mount`, which exited), so init reaps it.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn mkfs_mount_umount_fsck_and_kill_9() {
+    if let Err(why) = fuse_available() {
+        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (i, m) = (img.as_os_str(), mnt.as_os_str());
+    let _guard = MountGuard(mnt.clone());
+
+    ok(&["mkfs".as_ref(), i]);
+    let again = run(&["mkfs".as_ref(), i]);
+    assert!(
+        !again.status.success(),
+        "mkfs must refuse an existing image"
+    );
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    ok(&[
+        "mkfs".as_ref(),
+        i,
+        "--force".as_ref(),
+        "--block-size".as_ref(),
+        "8192".as_ref(),
+    ]);
+
+    // Mount (daemon), use, unmount, remount: persistence.
+    ok(&["mount".as_ref(), i, m]);
+    let second = run(&["mount".as_ref(), i, tmp.path().as_os_str()]);
+    assert!(
+        !second.status.success(),
+        "a mounted image must not mount twice"
+    );
+    fs::create_dir(mnt.join("dir")).unwrap();
+    fs::write(mnt.join("dir/file"), b"persist me").unwrap();
+    std::os::unix::fs::symlink("dir/file", mnt.join("sym")).unwrap();
+    fs::hard_link(mnt.join("dir/file"), mnt.join("hard")).unwrap();
+    ok(&["umount".as_ref(), m]);
+    // umount returns only after the daemon closed the image: fsck can lock it at once.
+    let fsck = ok(&["fsck".as_ref(), i]);
+    assert!(String::from_utf8_lossy(&fsck.stdout).contains("0 problems"));
+
+    ok(&["mount".as_ref(), i, m, "-o".as_ref(), "ro".as_ref()]);
+    assert_eq!(fs::read(mnt.join("dir/file")).unwrap(), b"persist me");
+    assert_eq!(fs::read(mnt.join("sym")).unwrap(), b"persist me");
+    assert!(
+        fs::write(mnt.join("new"), b"x").is_err(),
+        "ro mount refuses writes"
+    );
+    ok(&["umount".as_ref(), m]);
+
+    // kill -9: whatever was fsynced before the kill is there after the next mount.
+    ok(&["mount".as_ref(), i, m]);
+    let mut synced = Vec::new();
+    for n in 0..20 {
+        let p = mnt.join(format!("synced-{n}"));
+        let mut f = fs::File::create(&p).unwrap();
+        std::io::Write::write_all(&mut f, format!("data {n}").as_bytes()).unwrap();
+        f.sync_all().unwrap();
+        synced.push((p, format!("data {n}")));
+    }
+    fs::write(mnt.join("maybe"), b"not synced").unwrap();
+    let pid = daemon_pid(&img).expect("daemon pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        wait_gone(pid, Duration::from_secs(10)),
+        "daemon did not die"
+    );
+    // The dead mount must be detached before the image can be mounted again.
+    let _ = run(&["umount".as_ref(), "--lazy".as_ref(), m]);
+    let _ = nix::mount::umount2(&mnt, nix::mount::MntFlags::MNT_DETACH);
+    let fsck = ok(&["fsck".as_ref(), i]);
+    assert!(
+        String::from_utf8_lossy(&fsck.stdout).contains("0 problems"),
+        "{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    ok(&["mount".as_ref(), i, m]);
+    for (p, want) in &synced {
+        assert_eq!(fs::read_to_string(p).unwrap(), *want, "{}", p.display());
+    }
+    assert_eq!(fs::read(mnt.join("hard")).unwrap(), b"persist me");
+    ok(&["umount".as_ref(), m]);
+    ok(&["fsck".as_ref(), i]);
+}
+
+#[test]
+fn mount_helper_name_parses_mount8_arguments() {
+    // Under the helper's name with a bad source, the helper must fail like a mount helper
+    // (exit 32) rather than parse its arguments as subcommands.
+    let tmp = tempfile::tempdir().unwrap();
+    let link = tmp.path().join("mount.fernfs");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_fernfs"), &link).unwrap();
+    let out = Command::new(&link)
+        .arg(tmp.path().join("absent.img"))
+        .arg(tmp.path())
+        .args(["-o", "rw,noatime"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(32), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("absent.img"));
+}
