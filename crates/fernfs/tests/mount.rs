@@ -69,7 +69,7 @@ fn daemon_pid(img: &Path) -> Option<i32> {
             continue;
         };
         let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        let has = |s: &[u8]| args.iter().any(|a| *a == s);
+        let has = |s: &[u8]| args.contains(&s);
         if has(b"mount") && has(b"-f") && has(img.to_string_lossy().as_bytes()) {
             return Some(pid);
         }
