@@ -170,7 +170,7 @@ impl MountOptions {
         if self.default_permissions {
             o.push(MountOption::DefaultPermissions);
         }
-        o.extend(self.passthrough.iter().cloned().map(MountOption::CUSTOM));
+        o.extend(self.passthrough.iter().filter_map(|p| kernel_option(p)));
         c.mount_options = o;
         c.acl = if self.allow_other {
             SessionACL::All
@@ -180,6 +180,28 @@ impl MountOptions {
         c.n_threads = Some(self.threads);
         c
     }
+}
+
+/// A pass-through option as fuser's mount option: the generic mount flags by name (they are
+/// `mount(2)` flags, not FUSE data options, so they must not be sent as text); atime variants
+/// fuser cannot express (`relatime`, the default, `strictatime`, `nodiratime`) are dropped;
+/// anything else goes to the kernel as a FUSE option, which rejects what it does not know.
+fn kernel_option(opt: &str) -> Option<MountOption> {
+    Some(match opt {
+        "dev" => MountOption::Dev,
+        "nodev" => MountOption::NoDev,
+        "suid" => MountOption::Suid,
+        "nosuid" => MountOption::NoSuid,
+        "exec" => MountOption::Exec,
+        "noexec" => MountOption::NoExec,
+        "atime" => MountOption::Atime,
+        "noatime" => MountOption::NoAtime,
+        "sync" => MountOption::Sync,
+        "async" => MountOption::Async,
+        "dirsync" => MountOption::DirSync,
+        "relatime" | "strictatime" | "nodiratime" | "lazytime" => return None,
+        other => MountOption::CUSTOM(other.to_string()),
+    })
 }
 
 /// `123`, `64k`, `256M`, `2g` as bytes.
@@ -211,6 +233,23 @@ mod tests {
         let mut p = MountOptions::default();
         p.parse_into(&o.to_option_string()).unwrap();
         assert_eq!(o, p);
+    }
+
+    #[test]
+    fn mount_flags_are_flags_not_fuse_options() {
+        let mut o = MountOptions::default();
+        o.parse_into("noatime,relatime,nodev,max_read=65536")
+            .unwrap();
+        let c = o.fuser_config();
+        assert!(c.mount_options.contains(&MountOption::NoAtime));
+        assert!(c.mount_options.contains(&MountOption::NoDev));
+        assert!(c
+            .mount_options
+            .contains(&MountOption::CUSTOM("max_read=65536".into())));
+        assert!(!c
+            .mount_options
+            .iter()
+            .any(|m| matches!(m, MountOption::CUSTOM(s) if s.contains("atime"))));
     }
 
     #[test]
