@@ -31,6 +31,8 @@ enum Command {
     Umount(cmd::mount::UmountArgs),
     /// Check the file-system invariants of an unmounted image (exit codes as fsck(8)).
     Fsck(cmd::fsck::FsckArgs),
+    /// Files, logical bytes and space used of an image or a mounted image.
+    Stat(cmd::stat::StatArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => cmd::mount::run(args).map(ok),
         Command::Umount(args) => cmd::mount::umount(args).map(ok),
         Command::Fsck(args) => cmd::fsck::run(args),
+        Command::Stat(args) => cmd::stat::run(args).map(ok),
     };
     match result {
         Ok(code) => code,

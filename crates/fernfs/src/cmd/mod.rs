@@ -5,3 +5,4 @@ pub mod fsck;
 pub mod image;
 pub mod mkfs;
 pub mod mount;
+pub mod stat;

@@ -182,7 +182,7 @@ fn daemonize(target: &Path, mp: &Path, opts: &MountOptions) -> Result<(), CmdErr
 }
 
 /// The image mounted at `mp`, from /proc/mounts (fsname is the image path).
-fn mounted_image(mp: &Path) -> Option<PathBuf> {
+pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
     mounts.lines().rev().find_map(|l| {
         let mut f = l.split(' ');
