@@ -33,6 +33,10 @@ enum Command {
     Fsck(cmd::fsck::FsckArgs),
     /// Files, logical bytes and space used of an image or a mounted image.
     Stat(cmd::stat::StatArgs),
+    /// Copy a host directory into an unmounted image (IMAGE[:/path]).
+    Import(cmd::transfer::ImportArgs),
+    /// Copy a tree out of an unmounted image (IMAGE[:/path]) into a host directory.
+    Export(cmd::transfer::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,8 @@ fn main() -> ExitCode {
         Command::Umount(args) => cmd::mount::umount(args).map(ok),
         Command::Fsck(args) => cmd::fsck::run(args),
         Command::Stat(args) => cmd::stat::run(args).map(ok),
+        Command::Import(args) => cmd::transfer::import(args).map(ok),
+        Command::Export(args) => cmd::transfer::export(args).map(ok),
     };
     match result {
         Ok(code) => code,

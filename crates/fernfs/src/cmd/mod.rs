@@ -6,3 +6,4 @@ pub mod image;
 pub mod mkfs;
 pub mod mount;
 pub mod stat;
+pub mod transfer;
