@@ -9,7 +9,7 @@ use fern_fs::path::{OpenOptions, PathFs};
 use fern_fs::{Cred, FileType, Fs, MkfsOptions, OpenFlags};
 use fern_kv::{Direction, KeyRange, KvError, KvRead, KvStore, WriteBatch, WriteOptions};
 use fern_kv_tree::{is_corrupt, TreeStore};
-use fern_tree::device::{BlockDevice, CrashDevice, FaultyDevice, MemDevice};
+use fern_tree::device::{CrashDevice, FaultyDevice, MemDevice};
 use fern_tree::Options;
 
 const CACHE: usize = 8 << 20;
@@ -236,10 +236,20 @@ fn damaged_image_and_dead_device_keep_their_error_class() {
     let e = TreeStore::open_on(junk, CACHE, reg.clone()).expect_err("junk is not an image");
     assert!(is_corrupt(&e), "{e}");
     // A device that dies: the failed write is an I/O error, later writes are refused.
-    let mem: Arc<dyn BlockDevice> = Arc::new(MemDevice::new());
+    let mem = Arc::new(MemDevice::new());
     let s = TreeStore::create_on_with(mem.clone(), tiny(1 << 20), reg.clone()).expect("create");
+    s.tree("t").expect("tree"); // created (and logged) now, so the dying device need not
     s.close().expect("close");
-    let dying = Arc::new(FaultyDevice::new(mem, 0));
+    // Opening writes too (recovery ends with a checkpoint): count its writes on a copy, then
+    // let the real device die right after them.
+    let probe = Arc::new(FaultyDevice::new(
+        Arc::new(MemDevice::from_bytes(mem.snapshot())),
+        u64::MAX,
+    ));
+    let opened = TreeStore::open_on_with(probe.clone(), tiny(1 << 20), reg.clone()).expect("open");
+    let writes_to_open = probe.calls();
+    drop(opened);
+    let dying = Arc::new(FaultyDevice::new(mem, writes_to_open));
     let s = TreeStore::open_on_with(dying, tiny(1 << 20), reg).expect("open");
     let t = s.tree("t").expect("tree");
     let mut b = WriteBatch::new();
@@ -255,14 +265,11 @@ fn damaged_image_and_dead_device_keep_their_error_class() {
     assert!(matches!(e, KvError::Unavailable(_)), "{e}");
 }
 
-/// fern-tree bug found by fern-fs's model test on this backend: when a basement over its size
-/// target ends in a row holding more than half of its bytes, `Basement::middle()` returns
-/// `len()`, the split leaves an empty right half and `normalize_basements` indexes it
-/// (`index out of bounds: the len is 0 but the index is 0` at basement.rs:61). With the
-/// default shape a small row followed by a 100 KB value is enough. Engine code is not this
-/// crate's to change; run with `--ignored` once it is fixed, then drop the `ignore`.
+/// Regression test for a fern-tree bug found by fern-fs's model test on this backend: when a
+/// basement over its size target ended in a row holding more than half of its bytes, the split
+/// left an empty right half and the engine panicked. With the default shape a small row
+/// followed by a 100 KB value was enough.
 #[test]
-#[ignore = "fern-tree bug: Basement::middle() may return len(), normalize_basements panics"]
 fn engine_splits_a_basement_ending_in_a_big_row() {
     let s = TreeStore::create_on(
         Arc::new(MemDevice::new()),
