@@ -1,4 +1,5 @@
-//! fern-bench: the engine benchmark harness of fernfs (shared/WORKLOADS.md, workloads E1–E7).
+//! fern-bench: the benchmark harness of fernfs (shared/WORKLOADS.md): the engine workloads
+//! E1–E7 (below) and the file-system workloads F1–F10 ([`fs`]).
 //!
 //! It owns: the [`Engine`] trait every engine under test is driven through, one thin adapter
 //! per engine (fern-tree always; each peer behind its own cargo feature), the deterministic data
@@ -15,6 +16,7 @@ pub mod adapters;
 pub mod data;
 mod engine;
 mod error;
+pub mod fs;
 pub mod procinfo;
 pub mod report;
 pub mod runner;

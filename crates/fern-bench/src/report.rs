@@ -40,6 +40,9 @@ pub struct Record {
     /// Memory budget of every engine, MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_mib: Option<u64>,
+    /// Threads of the workload (file-system workloads with a thread count, e.g. F1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
     /// Wrong answers the engine gave during this workload (summed over repetitions).
     #[serde(default)]
     pub errors: u64,
@@ -48,8 +51,13 @@ pub struct Record {
 impl Record {
     /// A record with the four required fields.
     pub fn new(workload: Workload, system: &str, value: f64, unit: &str) -> Record {
+        Record::named(workload.name(), system, value, unit)
+    }
+
+    /// A record with the four required fields, for any workload id ("F1", "F9a", ...).
+    pub fn named(workload: &str, system: &str, value: f64, unit: &str) -> Record {
         Record {
-            workload: workload.name().to_string(),
+            workload: workload.to_string(),
             system: system.to_string(),
             value,
             unit: unit.to_string(),
@@ -59,6 +67,7 @@ impl Record {
             values: Vec::new(),
             keys: None,
             budget_mib: None,
+            threads: None,
             errors: 0,
         }
     }
@@ -68,17 +77,18 @@ impl Record {
         self.unit.ends_with("/s")
     }
 
-    fn row_key(&self) -> RowKey {
+    pub(crate) fn row_key(&self) -> RowKey {
         (
             self.workload.clone(),
             self.variant.clone().unwrap_or_default(),
             self.metric.clone().unwrap_or_default(),
             self.unit.clone(),
+            self.threads,
         )
     }
 }
 
-type RowKey = (String, String, String, String);
+pub(crate) type RowKey = (String, String, String, String, Option<u32>);
 
 /// The median of each (workload, variant, metric, unit, system) over repetitions, with `reps`
 /// and the per-repetition `values`. Order: workload, variant, metric, then system.
@@ -111,7 +121,7 @@ pub fn medians(samples: &[Record], systems: &[String]) -> Vec<Record> {
 
 /// Row keys numbered by workload, then by first appearance (the order workloads emit their
 /// figures in, e.g. "overall" before "last 10%").
-fn row_order(records: &[Record]) -> BTreeMap<RowKey, usize> {
+pub(crate) fn row_order(records: &[Record]) -> BTreeMap<RowKey, usize> {
     let mut seen: Vec<RowKey> = Vec::new();
     for r in records {
         let k = r.row_key();
@@ -178,7 +188,7 @@ pub fn markdown_table(records: &[Record], systems: &[String]) -> String {
         let _ = write!(s, "---:|");
     }
     let _ = writeln!(s, "---:|");
-    for ((workload, variant, metric, unit), by_sys) in rows.values() {
+    for ((workload, variant, metric, unit, _), by_sys) in rows.values() {
         let any = by_sys.values().next().copied();
         let higher = any.map(|r| r.higher_is_better()).unwrap_or(true);
         let figure = match (variant.is_empty(), metric.is_empty()) {

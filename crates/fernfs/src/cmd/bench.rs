@@ -1,3 +1,6 @@
+//! `fernfs bench fs`: the file-system workloads through fern-fs's library API beside ext4
+//! (module `fern_bench::fs`; tasks re-execute this binary as `bench fs-task`).
+//!
 //! `fernfs bench engine`: the engine workloads E1–E7 against the peer engines compiled into
 //! this build (`--features peers`, `--features rocksdb`), with a table on stdout, progress on
 //! stderr and `--json FILE` records in the format of WORKLOADS.md "Reporting".
@@ -29,6 +32,19 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Engine workloads E1-E7: fern-tree against peer engines, same memory budget.
     Engine(EngineArgs),
+    /// File-system workloads (F1, F2, F4, F5, F6, F9a/b/c, F10): fernfs through its library
+    /// API beside kernel file systems on loop-mounted images.
+    Fs(FsArgs),
+    /// Runs one task of `bench fs` in this process (internal).
+    #[command(hide = true)]
+    FsTask {
+        /// The task, as JSON.
+        #[arg(long)]
+        spec: String,
+        /// Where to write the task's records.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Runs one task of `bench engine` in this process (internal: the parent re-executes
     /// itself so each engine's peak RSS is its own).
     #[command(hide = true)]
@@ -91,7 +107,143 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     match args.command {
         BenchCommand::Engine(e) => engine(e),
         BenchCommand::EngineTask { spec, out } => runner::child_main(&spec, &out),
+        BenchCommand::Fs(f) => fs_bench(f),
+        BenchCommand::FsTask { spec, out } => fern_bench::fs::runner::child_main(&spec, &out),
     }
+}
+
+/// Options of `fernfs bench fs`.
+#[derive(Debug, Args)]
+pub struct FsArgs {
+    /// Quick sizes of WORKLOADS.md (20k files, 256 MiB files, 10k-file rename, 1 repetition).
+    #[arg(long)]
+    pub quick: bool,
+    /// Systems (fernfs-lib, ext4); ext4 is skipped with a message if it cannot be mounted.
+    #[arg(long, value_delimiter = ',', default_value = "fernfs-lib,ext4")]
+    pub systems: Vec<String>,
+    /// Workloads (F1,F2,F4,F5,F6,F9a,F9b,F9c,F10; F9 = all three; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Repetitions (default 3 full, 1 quick); medians are reported.
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Write the median records as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Scratch directory for images and mountpoints (default: under the system temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Files of the F1 tree (F2, F9b and F10 use it too).
+    #[arg(long)]
+    pub files: Option<u64>,
+    /// F1 thread counts.
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Vec<u32>,
+    /// Files in F9a's renamed directory.
+    #[arg(long)]
+    pub rename_files: Option<u64>,
+    /// Size of F9c's unlinked file, MiB.
+    #[arg(long)]
+    pub unlink_mib: Option<u64>,
+    /// Seed of the generated data.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Do not drop the page cache before cold phases.
+    #[arg(long)]
+    pub no_drop_caches: bool,
+    /// Do not pin tasks to CPU 0 with taskset.
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
+    use fern_bench::fs::{self, FsSizes, FsSystem, FsWorkload};
+    let mut sizes = if a.quick {
+        FsSizes::quick()
+    } else {
+        FsSizes::full()
+    };
+    if let Some(n) = a.files {
+        sizes.tree_files = n.max(1);
+    }
+    if !a.threads.is_empty() {
+        sizes.tree_threads = a.threads.iter().map(|&t| t.max(1)).collect();
+    }
+    if let Some(n) = a.rename_files {
+        sizes.rename_files = n;
+    }
+    if let Some(m) = a.unlink_mib {
+        sizes.unlink_bytes = m.max(1) << 20;
+    }
+    let mut workloads = Vec::new();
+    for w in &a.workloads {
+        for x in FsWorkload::parse_list(w)? {
+            if !workloads.contains(&x) {
+                workloads.push(x);
+            }
+        }
+    }
+    if workloads.is_empty() {
+        workloads = FsWorkload::ALL.to_vec();
+    }
+    let mut systems = Vec::new();
+    let mut skipped = Vec::new();
+    for s in &a.systems {
+        let sys = FsSystem::parse(s)?;
+        if sys == FsSystem::Ext4 {
+            if let Some(why) = fs::posix::loop_mount_unavailable("ext4") {
+                eprintln!("{why}");
+                skipped.push(why);
+                continue;
+            }
+        }
+        if !systems.contains(&sys) {
+            systems.push(sys);
+        }
+    }
+    if systems.is_empty() {
+        return Err(BenchError::Usage(
+            "no system left to run (see above)".into(),
+        ));
+    }
+    let dir = a.dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("fernfs-bench-fs-{}", std::process::id()))
+    });
+    let cfg = fs::runner::FsBenchConfig {
+        systems,
+        workloads,
+        sizes,
+        reps: a.reps.unwrap_or(if a.quick { 1 } else { 3 }).max(1),
+        dir: dir.clone(),
+        seed: a.seed,
+        drop_caches: !a.no_drop_caches && procinfo::is_root(),
+        isolation: Isolation::Subprocess {
+            program: std::env::current_exe()?,
+            args: vec![OsString::from("bench"), OsString::from("fs-task")],
+        },
+        pin: !a.no_pin,
+    };
+    let pinned = cfg.pin && fs::runner::taskset_available();
+    let mut progress = Bar::new();
+    let out = fs::runner::run(&cfg, &mut progress)?;
+    let _ = std::fs::remove_dir(&dir);
+    let command: Vec<String> = std::env::args().collect();
+    print!(
+        "{}",
+        fs::report::render(
+            &cfg,
+            &out,
+            &Machine::detect(),
+            &command.join(" "),
+            pinned,
+            &skipped
+        )
+    );
+    if let Some(path) = &a.json {
+        report::write_json(path, &out.medians)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn engine(a: EngineArgs) -> Result<(), BenchError> {

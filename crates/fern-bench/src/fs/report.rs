@@ -1,0 +1,191 @@
+//! The `bench fs` report: header (command, machine, sizes, pinning, cold reads), the markdown
+//! table (workload × system, with each non-kernel system's ratio to the best kernel file
+//! system), notes and failed tasks.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::runner::FsBenchConfig;
+use super::target::FsSystem;
+use crate::procinfo::Machine;
+use crate::report::{fmt_value, row_order, Record};
+use crate::runner::RunOutput;
+
+/// A value for the table: sub-second times in ms or µs, the rest as the engine report does.
+pub fn fmt_fs_value(v: f64, unit: &str) -> String {
+    if unit == "seconds" && v < 1.0 {
+        if v < 1e-3 {
+            return format!("{:.1} µs", v * 1e6);
+        }
+        return format!("{:.2} ms", v * 1e3);
+    }
+    if unit == "seconds" {
+        return format!("{v:.2} s");
+    }
+    fmt_value(v)
+}
+
+/// The markdown table. The ratio column of a system other than a kernel file system is its
+/// speedup over the best kernel file system of the same row: value / best for `.../s` units,
+/// best / value for `seconds`; above 1 means faster than every kernel file system.
+pub fn markdown_table(records: &[Record], systems: &[String]) -> String {
+    let order = row_order(records);
+    let mut rows: BTreeMap<usize, BTreeMap<String, &Record>> = BTreeMap::new();
+    for r in records {
+        rows.entry(order[&r.row_key()])
+            .or_default()
+            .insert(r.system.clone(), r);
+    }
+    let others: Vec<&String> = systems
+        .iter()
+        .filter(|s| !FsSystem::name_is_kernel(s))
+        .collect();
+    let mut s = String::new();
+    let _ = write!(s, "| workload | figure | threads | unit |");
+    for sys in systems {
+        let _ = write!(s, " {sys} |");
+    }
+    for o in &others {
+        let _ = write!(s, " {o} speedup vs best kernel FS |");
+    }
+    let _ = writeln!(s);
+    let _ = write!(s, "|---|---|---:|---|");
+    for _ in systems.iter().chain(others.iter().copied()) {
+        let _ = write!(s, "---:|");
+    }
+    let _ = writeln!(s);
+    for by_sys in rows.values() {
+        let Some(any) = by_sys.values().next() else {
+            continue;
+        };
+        let higher = any.higher_is_better();
+        let arrow = if higher { "↑" } else { "↓" };
+        let threads = any.threads.map(|t| t.to_string()).unwrap_or_default();
+        let _ = write!(
+            s,
+            "| {} | {} | {} | {} {arrow} |",
+            any.workload,
+            any.metric.clone().unwrap_or_default(),
+            threads,
+            any.unit
+        );
+        for sys in systems {
+            match by_sys.get(sys) {
+                Some(r) if r.errors > 0 => {
+                    let _ = write!(
+                        s,
+                        " {} ({} wrong) |",
+                        fmt_fs_value(r.value, &r.unit),
+                        r.errors
+                    );
+                }
+                Some(r) => {
+                    let _ = write!(s, " {} |", fmt_fs_value(r.value, &r.unit));
+                }
+                None => {
+                    let _ = write!(s, " – |");
+                }
+            }
+        }
+        let best_kernel = by_sys
+            .iter()
+            .filter(|(sys, _)| FsSystem::name_is_kernel(sys))
+            .map(|(sys, r)| (sys.clone(), r.value))
+            .reduce(|a, b| {
+                let a_better = if higher { a.1 >= b.1 } else { a.1 <= b.1 };
+                if a_better {
+                    a
+                } else {
+                    b
+                }
+            });
+        for o in &others {
+            match (by_sys.get(*o), &best_kernel) {
+                (Some(r), Some((k, v))) if *v > 0.0 && r.value > 0.0 => {
+                    let x = if higher { r.value / v } else { v / r.value };
+                    let _ = write!(s, " {x:.2}× ({k}) |");
+                }
+                _ => {
+                    let _ = write!(s, " – |");
+                }
+            }
+        }
+        let _ = writeln!(s);
+    }
+    s
+}
+
+/// The whole report as markdown.
+pub fn render(
+    cfg: &FsBenchConfig,
+    out: &RunOutput,
+    machine: &Machine,
+    command: &str,
+    pinned: bool,
+    skipped: &[String],
+) -> String {
+    let mut s = String::new();
+    let z = &cfg.sizes;
+    let _ = writeln!(s, "# fernfs bench fs\n");
+    let _ = writeln!(s, "- command: `{command}`");
+    let _ = writeln!(s, "- machine: {}", machine.summary());
+    let _ = writeln!(
+        s,
+        "- sizes: F1/F2/F9b/F10 tree of {} files × {} B (≤ {} per directory; F1 threads {:?}), \
+         F4 {} files, F5 {} × {} B into {} MiB, F6 {} × {} B into {} MiB, F9a {} files, \
+         F9c {} MiB; {} repetition(s) (medians), seed {}",
+        z.tree_files,
+        z.file_bytes,
+        z.fanout,
+        z.tree_threads,
+        z.onedir_files,
+        z.f5_writes,
+        z.f5_write_len,
+        z.f5_file_bytes >> 20,
+        z.f6_writes,
+        z.f6_write_len,
+        z.f6_file_bytes >> 20,
+        z.rename_files,
+        z.unlink_bytes >> 20,
+        cfg.reps,
+        cfg.seed
+    );
+    let _ = writeln!(
+        s,
+        "- CPU pinning: {}",
+        if pinned {
+            "every task (child process, all its threads) pinned to CPU 0 with `taskset -c 0`"
+        } else {
+            "NOT pinned (taskset unavailable, --no-pin, or in-process run)"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "- durability: every timed region that writes ends with syncfs (fernfs-lib: the store's \
+         sync) or fsync; cold phases unmount + mount (fernfs-lib: close + reopen the image){}",
+        if cfg.drop_caches {
+            " and drop the page cache"
+        } else {
+            ", page cache NOT dropped"
+        }
+    );
+    for k in skipped {
+        let _ = writeln!(s, "- {k}");
+    }
+    let _ = writeln!(s);
+    let names: Vec<String> = cfg.systems.iter().map(|x| x.name().to_string()).collect();
+    s.push_str(&markdown_table(&out.medians, &names));
+    if !out.notes.is_empty() {
+        let _ = writeln!(s, "\nNotes:");
+        for n in &out.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    if !out.failures.is_empty() {
+        let _ = writeln!(s, "\nFailed tasks:");
+        for f in &out.failures {
+            let _ = writeln!(s, "- {f}");
+        }
+    }
+    s
+}

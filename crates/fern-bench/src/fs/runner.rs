@@ -1,0 +1,221 @@
+//! The run plan of `fernfs bench fs` and its execution: repetitions × scenarios × systems
+//! with the systems innermost (A B A B ...), each task in a fresh child process pinned to
+//! CPU 0 with `taskset -c 0` when available, leftovers (mounts, loop devices) cleaned after
+//! every task, medians over repetitions. A failed task is reported; the run goes on.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::posix;
+use super::target::FsSystem;
+use super::workloads::{self, FsScenario, FsTaskOutput, FsTaskSpec};
+use super::{FsSizes, FsWorkload};
+use crate::report;
+use crate::runner::{Isolation, Progress, RunOutput};
+use crate::{BenchError, Result};
+
+/// A whole `bench fs` run.
+#[derive(Clone, Debug)]
+pub struct FsBenchConfig {
+    /// Systems, in report order.
+    pub systems: Vec<FsSystem>,
+    /// Workloads to report.
+    pub workloads: Vec<FsWorkload>,
+    /// Sizes.
+    pub sizes: FsSizes,
+    /// Repetitions.
+    pub reps: u32,
+    /// Scratch directory (images, mountpoints); each task gets a fresh subdirectory.
+    pub dir: PathBuf,
+    /// Seed of all generated data.
+    pub seed: u64,
+    /// Drop the page cache before cold phases (root only).
+    pub drop_caches: bool,
+    /// Where tasks run.
+    pub isolation: Isolation,
+    /// Pin each child process to CPU 0 with `taskset -c 0` (when taskset exists).
+    pub pin: bool,
+}
+
+/// Whether `taskset` can be used to pin tasks.
+pub fn taskset_available() -> bool {
+    Command::new("taskset")
+        .args(["-c", "0", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+impl FsBenchConfig {
+    /// The scenarios the requested workloads need, in run order.
+    pub fn scenarios(&self) -> Vec<FsScenario> {
+        let want = |ws: &[FsWorkload]| ws.iter().any(|w| self.workloads.contains(w));
+        let mut out = Vec::new();
+        let tree1 = FsScenario::Tree { threads: 1 };
+        if want(tree1.workloads()) {
+            out.push(tree1);
+        }
+        if self.workloads.contains(&FsWorkload::F1) {
+            for &t in &self.sizes.tree_threads {
+                if t > 1 {
+                    out.push(FsScenario::Tree { threads: t });
+                }
+            }
+        }
+        for s in [
+            FsScenario::OneDir,
+            FsScenario::Micro {
+                workload: FsWorkload::F5,
+            },
+            FsScenario::Micro {
+                workload: FsWorkload::F6,
+            },
+            FsScenario::Rename,
+            FsScenario::Unlink,
+        ] {
+            if want(s.workloads()) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// Every task, in run order: repetition, scenario, then system (interleaved).
+    pub fn plan(&self) -> Vec<FsTaskSpec> {
+        let mut tasks = Vec::new();
+        for rep in 0..self.reps {
+            for scenario in self.scenarios() {
+                for sys in &self.systems {
+                    tasks.push(FsTaskSpec {
+                        system: sys.name().to_string(),
+                        scenario,
+                        workloads: self
+                            .workloads
+                            .iter()
+                            .copied()
+                            .filter(|w| scenario.workloads().contains(w))
+                            .collect(),
+                        sizes: self.sizes.clone(),
+                        dir: self
+                            .dir
+                            .join(format!("{}-{}-{}", rep, scenario.label(), sys.name())),
+                        seed: self.seed,
+                        drop_caches: self.drop_caches,
+                        rep,
+                    });
+                }
+            }
+        }
+        tasks
+    }
+}
+
+fn label(t: &FsTaskSpec) -> String {
+    format!("rep {} {} {}", t.rep + 1, t.scenario.label(), t.system)
+}
+
+/// Runs every task of `cfg`, then takes medians.
+pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> {
+    std::fs::create_dir_all(&cfg.dir)?;
+    let tasks = cfg.plan();
+    progress.start(tasks.len());
+    let mut out = RunOutput::default();
+    let pin = cfg.pin && taskset_available();
+    for (i, task) in tasks.iter().enumerate() {
+        let name = label(task);
+        progress.task(i, &name);
+        let _ = std::fs::remove_dir_all(&task.dir);
+        let result = match &cfg.isolation {
+            Isolation::InProcess => workloads::run_task(task),
+            Isolation::Subprocess { program, args } => {
+                run_child(program, args, pin, task, &cfg.dir)
+            }
+        };
+        for what in posix::cleanup_leftovers(&task.dir) {
+            progress.note(&format!("{name}: cleaned up after the task: {what}"));
+        }
+        let _ = std::fs::remove_dir_all(&task.dir);
+        match result {
+            Ok(t) => {
+                for n in t.notes {
+                    if !out.notes.contains(&n) {
+                        progress.note(&n);
+                        out.notes.push(n);
+                    }
+                }
+                out.samples.extend(t.records);
+            }
+            Err(e) => {
+                let msg = format!("{name}: {e}");
+                progress.note(&format!("FAILED {msg}"));
+                out.failures.push(msg);
+            }
+        }
+    }
+    progress.finish();
+    let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
+    out.medians = report::medians(&out.samples, &names);
+    Ok(out)
+}
+
+fn run_child(
+    program: &Path,
+    args: &[OsString],
+    pin: bool,
+    task: &FsTaskSpec,
+    scratch: &Path,
+) -> Result<FsTaskOutput> {
+    let stem = task
+        .dir
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let out_file = scratch.join(format!("{stem}.out.json"));
+    let log_file = scratch.join(format!("{stem}.log"));
+    let log = std::fs::File::create(&log_file)?;
+    let mut cmd = if pin {
+        let mut c = Command::new("taskset");
+        c.arg("-c").arg("0").arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    let status = cmd
+        .args(args)
+        .arg("--spec")
+        .arg(serde_json::to_string(task)?)
+        .arg("--out")
+        .arg(&out_file)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .status()?;
+    let fail = |message: String| BenchError::Task {
+        task: label(task),
+        message,
+    };
+    if !status.success() {
+        let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+        let tail: String = log.lines().rev().take(10).collect::<Vec<_>>().join(" / ");
+        return Err(fail(format!(
+            "{status}; log {}: {tail}",
+            log_file.display()
+        )));
+    }
+    let text = std::fs::read_to_string(&out_file)
+        .map_err(|e| fail(format!("no output {}: {e}", out_file.display())))?;
+    let _ = std::fs::remove_file(&out_file);
+    let _ = std::fs::remove_file(&log_file);
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// The child side: runs the task described by `spec_json` and writes its output to `out`.
+pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
+    let spec: FsTaskSpec = serde_json::from_str(spec_json)?;
+    let output = workloads::run_task(&spec)?;
+    std::fs::write(out, serde_json::to_string(&output)?)?;
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The calls the file-system workloads make, as one trait every system under test implements,
+//! and the list of systems.
+//!
+//! Paths are relative to the file system's root ("t0/3/17/f42"), so a workload never knows
+//! where (or whether) the file system is mounted. Every call is the one an application makes
+//! (stat, readdir, open/pwrite/fsync, rename, ...), so a workload issues the same sequence of
+//! calls on every system.
+
+use std::fmt;
+
+use crate::{BenchError, Result};
+
+/// An open file of a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId(pub u64);
+
+/// The part of a stat a workload looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatLite {
+    /// File size, bytes.
+    pub size: u64,
+    /// Mode including the file type bits.
+    pub mode: u32,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// mtime, seconds.
+    pub mtime_s: i64,
+}
+
+/// One directory entry: name and whether it is a directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Name inside the directory.
+    pub name: String,
+    /// Directory (true) or anything else.
+    pub is_dir: bool,
+}
+
+/// A file system under test. Shared by the threads of a multi-threaded workload.
+pub trait FsTarget: Sync {
+    /// System name of the reports (`fernfs-lib`, `ext4`, ...).
+    fn system(&self) -> &'static str;
+    /// One line naming what matters (cache size, mount options, image size).
+    fn describe(&self) -> String;
+    /// mkdir(2), mode 0755.
+    fn mkdir(&self, path: &str) -> Result<()>;
+    /// open(O_CREAT|O_EXCL|O_WRONLY, 0644), write `data` (if any), close.
+    fn write_new(&self, path: &str, data: &[u8]) -> Result<()>;
+    /// open(O_RDONLY), read everything, close.
+    fn read_file(&self, path: &str) -> Result<Vec<u8>>;
+    /// Every entry of a directory (readdir; no stat).
+    fn list(&self, path: &str) -> Result<Vec<Entry>>;
+    /// lstat(2).
+    fn lstat(&self, path: &str) -> Result<StatLite>;
+    /// chmod(2).
+    fn chmod(&self, path: &str, perm: u32) -> Result<()>;
+    /// utimensat(2) setting atime and mtime to `secs` (nanoseconds 0).
+    fn set_times(&self, path: &str, secs: i64) -> Result<()>;
+    /// rename(2).
+    fn rename(&self, from: &str, to: &str) -> Result<()>;
+    /// unlink(2).
+    fn unlink(&self, path: &str) -> Result<()>;
+    /// rmdir(2).
+    fn rmdir(&self, path: &str) -> Result<()>;
+    /// open(O_RDWR, O_CREAT if `create`).
+    fn open(&self, path: &str, create: bool) -> Result<FileId>;
+    /// pwrite(2) of all of `data`.
+    fn pwrite(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()>;
+    /// pread(2) of up to `len` bytes.
+    fn pread(&self, f: FileId, offset: u64, len: usize) -> Result<Vec<u8>>;
+    /// fsync(2).
+    fn fsync(&self, f: FileId) -> Result<()>;
+    /// close(2).
+    fn close(&self, f: FileId) -> Result<()>;
+    /// syncfs(2): everything written so far becomes durable.
+    fn sync(&self) -> Result<()>;
+    /// Makes the next reads cold: unmount and mount again (close and reopen the image), then
+    /// drop the OS page cache if `drop_caches` (needs root). Returns whether the page cache
+    /// was dropped. Every open file must be closed first.
+    fn cold(&mut self, drop_caches: bool) -> Result<bool>;
+    /// Releases the file system (sync, unmount, remove what the target created).
+    fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// Wraps an error of system `system` doing `op` on `path`.
+pub fn op_err(system: &'static str, op: &str, path: &str, e: impl fmt::Display) -> BenchError {
+    BenchError::engine(system, format!("{op} {path:?}: {e}"))
+}
+
+/// The file systems the harness knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FsSystem {
+    /// fern-fs's path library API on a fern-kv-tree image, no FUSE.
+    FernfsLib,
+    /// ext4 on a fresh loop-mounted image, through syscalls.
+    Ext4,
+}
+
+impl FsSystem {
+    /// Every system, in report order.
+    pub const ALL: [FsSystem; 2] = [FsSystem::FernfsLib, FsSystem::Ext4];
+
+    /// Name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FsSystem::FernfsLib => "fernfs-lib",
+            FsSystem::Ext4 => "ext4",
+        }
+    }
+
+    /// Whether this is a kernel file system (the ratios are to the best of these).
+    pub fn is_kernel(self) -> bool {
+        matches!(self, FsSystem::Ext4)
+    }
+
+    /// Parses a system name; the future systems of issue 6 get a clear "not yet".
+    pub fn parse(name: &str) -> Result<FsSystem> {
+        let t = name.trim();
+        if let Some(s) = Self::ALL.into_iter().find(|s| s.name() == t) {
+            return Ok(s);
+        }
+        let known: Vec<&str> = Self::ALL.iter().map(|s| s.name()).collect();
+        Err(BenchError::Usage(match t {
+            "fernfs-fuse" | "xfs" | "btrfs" | "null-fuse" => format!(
+                "{t} is not implemented yet in `bench fs` (available: {})",
+                known.join(", ")
+            ),
+            _ => format!("unknown system {name:?}; known: {}", known.join(", ")),
+        }))
+    }
+
+    /// Whether a name is a kernel file system's.
+    pub fn name_is_kernel(name: &str) -> bool {
+        Self::ALL
+            .into_iter()
+            .any(|s| s.name() == name && s.is_kernel())
+    }
+}
+
+impl fmt::Display for FsSystem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
