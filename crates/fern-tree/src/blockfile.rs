@@ -753,18 +753,19 @@ impl BlockFile {
     }
 
     /// Commits the in-progress BTT and `meta` with the same protocol as
-    /// [`checkpoint`](Self::checkpoint) (B3). Extents written for it stay protected while a
-    /// durable checkpoint references them; [`adopt`](Self::adopt) moves one into the current BTT
-    /// when the cached node has not changed since the snapshot.
+    /// [`checkpoint`](Self::checkpoint) (B3). The caller then settles every extent it wrote for
+    /// the checkpoint with [`adopt`](Self::adopt) or [`not_adopted`](Self::not_adopted); until
+    /// then only the new checkpoint references them (B8).
     pub fn commit_checkpoint(&mut self, lsn: Lsn, meta: &[u8]) -> Result<()> {
         let Some(ip) = self.in_progress.take() else {
             return Err(Error::InvalidArgument("no checkpoint in progress".into()));
         };
-        let r = self.commit_table(ip.btt, lsn, meta);
-        // Written extents are referenced by the new checkpoint (or by nothing, if it failed and
-        // the handle is poisoned); either way they leave with the checkpoints that hold them.
-        self.pending_free.extend(ip.written);
         self.pending_ids.extend(ip.freed_ids);
+        let r = self.commit_table(ip.btt, lsn, meta);
+        if r.is_err() {
+            // Poisoned: nothing durable references them; keep the allocator accounting whole.
+            self.pending_free.extend(ip.written);
+        }
         r
     }
 
@@ -772,16 +773,18 @@ impl BlockFile {
     /// wrote for it, because the cached node is unchanged since that checkpoint's snapshot.
     pub fn adopt(&mut self, id: NodeId, loc: BlockLoc) {
         let i = id.0 as usize;
-        let Some(pos) = self.pending_free.iter().position(|&e| e == (i, loc)) else {
-            debug_assert!(false, "adopt of an extent the checkpoint did not write");
-            return;
-        };
         if !matches!(self.cur.get(i), Some(Slot::Reserved | Slot::At(_))) {
+            self.not_adopted(id, loc);
             return;
         }
-        self.pending_free.swap_remove(pos);
         let old = std::mem::replace(&mut self.cur[i], Slot::At(loc));
         self.release(i, old);
+    }
+
+    /// Node `id` changed after the snapshot, so the current BTT keeps its own block; `loc`,
+    /// written for the last checkpoint, is released when no durable checkpoint references it.
+    pub fn not_adopted(&mut self, id: NodeId, loc: BlockLoc) {
+        self.pending_free.push((id.0 as usize, loc));
     }
 
     /// Commits the current BTT and `meta` as checkpoint `generation + 1` (protocol in

@@ -499,9 +499,18 @@ impl BlockDevice for CrashDevice {
         Ok(())
     }
     fn sync(&self) -> io::Result<()> {
+        // Replaying the pending operations onto the durable bytes costs what was written since
+        // the last sync, not the size of the image.
         let mut st = self.state.lock();
-        st.durable = st.current.clone();
-        st.pending.clear();
+        let st = &mut *st;
+        for op in st.pending.drain(..) {
+            match op {
+                PendingOp::Write(off, data) => mem_write(&mut st.durable, &data, off)?,
+                PendingOp::SetLen(len) => st.durable.resize(len as usize, 0),
+                PendingOp::Punch(off, len) => mem_punch(&mut st.durable, off, len),
+            }
+        }
+        debug_assert!(st.durable == st.current);
         Ok(())
     }
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {

@@ -795,6 +795,8 @@ impl Env {
             if i.cache.is_current(n) {
                 bf.adopt(n.id, loc);
                 n.set_dirty(false);
+            } else {
+                bf.not_adopted(n.id, loc);
             }
         }
         Ok(())
