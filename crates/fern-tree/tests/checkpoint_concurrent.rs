@@ -43,7 +43,7 @@ fn value(w: u64, i: u64) -> Vec<u8> {
 /// Whether write `i` of a writer leaves the key present: every seventh write is followed in the
 /// same batch by a delete of the key written six writes earlier.
 fn deleted(i: u64) -> bool {
-    (i + 6) % 7 == 0
+    (i + 6).is_multiple_of(7)
 }
 
 fn all_rows(t: &fern_tree::Tree) -> HashMap<Vec<u8>, Vec<u8>> {
