@@ -283,3 +283,77 @@ fn posix_operations_through_a_real_mount_persist_across_remount() {
     );
     m.unmount().expect("second unmount");
 }
+
+#[test]
+fn concurrent_clients_in_one_directory() {
+    if let Err(why) = fuse_available() {
+        eprintln!("SKIPPED: real FUSE mount test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
+    let kv: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
+    Fs::mkfs(&*kv, MkfsOptions::default()).unwrap();
+    let fs = Arc::new(Fs::mount(kv.clone()).unwrap());
+    let opts = MountOptions {
+        threads: 4,
+        ..MountOptions::default()
+    };
+    let m = Mounted::spawn(fs, &mp, &opts).expect("FUSE mount");
+    let dir = mp.join("shared");
+    fs::create_dir(&dir).unwrap();
+    // Four clients create, rename and delete in one directory at once, while a fifth lists it.
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                for i in 0..150 {
+                    let p = dir.join(format!("t{t}-{i}"));
+                    fs::write(&p, format!("{t}:{i}")).unwrap();
+                    if i % 3 == 0 {
+                        fs::rename(&p, dir.join(format!("t{t}-{i}-renamed"))).unwrap();
+                    } else if i % 5 == 0 {
+                        fs::remove_file(&p).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let lister = {
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                for e in fs::read_dir(&dir).unwrap() {
+                    // Entries may vanish between the listing and the stat; nothing else may fail.
+                    if let Err(err) = e.unwrap().metadata() {
+                        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+                    }
+                }
+            }
+        })
+    };
+    for w in workers {
+        w.join().unwrap();
+    }
+    lister.join().unwrap();
+    let mut expected = Vec::new();
+    for t in 0..4 {
+        for i in 0..150 {
+            if i % 3 == 0 {
+                expected.push(format!("t{t}-{i}-renamed"));
+            } else if i % 5 != 0 {
+                expected.push(format!("t{t}-{i}"));
+            }
+        }
+    }
+    expected.sort();
+    assert_eq!(names(&dir), expected);
+    for n in &expected {
+        let (t, i) = n.trim_end_matches("-renamed")[1..].split_once('-').unwrap();
+        assert_eq!(fs::read_to_string(dir.join(n)).unwrap(), format!("{t}:{i}"));
+    }
+    assert_eq!(fs::metadata(&dir).unwrap().nlink(), 2);
+    m.unmount().expect("unmount");
+}
