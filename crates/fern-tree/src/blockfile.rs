@@ -19,7 +19,7 @@
 //!   checkpoints, and the pending-free list; everything else below `end` is a hole.
 //! - B7 a node id released by `free_node` is handed out again only after the next checkpoint
 //!   that began after the release.
-//! - B8 while a checkpoint is in progress (`begin_checkpoint` .. `commit_checkpoint`) its BTT is
+//! - B10 while a checkpoint is in progress (`begin_checkpoint` .. `commit_checkpoint`) its BTT is
 //!   separate from the current one; extents it references are protected like B4's, and extents
 //!   it wrote enter the current BTT only through `adopt`.
 
@@ -118,7 +118,7 @@ impl Ckpt {
 }
 
 /// A checkpoint being written concurrently with writers: its own BTT, started as a copy of the
-/// current one, into which the snapshot's dirty nodes are placed (B8).
+/// current one, into which the snapshot's dirty nodes are placed (B10).
 #[derive(Debug)]
 struct InProgress {
     btt: Vec<Slot>,
@@ -196,7 +196,7 @@ pub struct BlockFile {
     pending_free: Vec<(usize, BlockLoc)>,
     /// Ids freed since the last checkpoint (B7) and ids free for reuse now.
     pending_ids: Vec<u64>,
-    /// The checkpoint being written while writers continue (B8), if any.
+    /// The checkpoint being written while writers continue (B10), if any.
     in_progress: Option<InProgress>,
     free_ids: BTreeSet<u64>,
     lsn: Lsn,
@@ -709,7 +709,7 @@ impl BlockFile {
         }
     }
 
-    /// Starts a checkpoint that is written while writers continue (B8): its BTT begins as a copy
+    /// Starts a checkpoint that is written while writers continue (B10): its BTT begins as a copy
     /// of the current one. Until [`commit_checkpoint`](Self::commit_checkpoint), extents it
     /// references are protected like a durable checkpoint's (B4).
     pub fn begin_checkpoint(&mut self) -> Result<()> {
@@ -755,7 +755,7 @@ impl BlockFile {
     /// Commits the in-progress BTT and `meta` with the same protocol as
     /// [`checkpoint`](Self::checkpoint) (B3). The caller then settles every extent it wrote for
     /// the checkpoint with [`adopt`](Self::adopt) or [`not_adopted`](Self::not_adopted); until
-    /// then only the new checkpoint references them (B8).
+    /// then only the new checkpoint references them (B10).
     pub fn commit_checkpoint(&mut self, lsn: Lsn, meta: &[u8]) -> Result<()> {
         let Some(ip) = self.in_progress.take() else {
             return Err(Error::InvalidArgument("no checkpoint in progress".into()));

@@ -749,10 +749,10 @@ impl Env {
         self.checkpoint_locked(&st)
     }
 
-    /// A checkpoint that stops writers only twice, briefly (invariant E3):
+    /// A checkpoint that stops writers only twice, briefly (invariant W8):
     /// 1. under the write lock: note the log's end (the checkpoint LSN), encode the catalog,
     ///    take `Arc`s of every dirty cached node (a writer that changes one later gets a copy:
-    ///    `Cache::take` copies a node someone else holds) and begin an in-progress BTT (B8);
+    ///    `Cache::take` copies a node someone else holds) and begin an in-progress BTT (B10);
     /// 2. without it: encode and write each snapshot node to a fresh extent of the in-progress
     ///    BTT, then commit (B3);
     /// 3. under the write lock: nodes the cache still holds in the snapshot's version are clean

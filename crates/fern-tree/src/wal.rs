@@ -23,6 +23,9 @@
 //!   not validate once the tail is overwritten by a later open.
 //! - W7 recovery replays only records whose MSNs the checkpoint does not hold (first MSN at or
 //!   above the catalog's next MSN), so replaying twice gives the same state.
+//! - W8 (env.rs) a checkpoint holds the write lock only to snapshot (log end, catalog, `Arc`s of
+//!   the dirty nodes) and to adopt the blocks of nodes unchanged since; it encodes, writes and
+//!   syncs without it, so writers keep writing (blockfile B10 keeps the two tables apart).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The non-stalling checkpoint under concurrency (E3, B8): writer threads insert, overwrite and
+//! The non-stalling checkpoint under concurrency (W8, B10): writer threads insert, overwrite and
 //! delete while another thread checkpoints in a loop and a small cache forces evictions of
 //! dirty nodes during checkpoints. A syncer thread publishes how many writes of each writer are
 //! durable; at random moments the test takes a power-cut image of the [`CrashDevice`] and checks
