@@ -531,7 +531,7 @@ fn write_big(t: &dyn FsTarget, path: &str, bytes: u64, seed: u64) -> Result<()> 
 pub fn random_offsets(seed: u64, file_bytes: u64, len: usize, count: u64) -> Vec<u64> {
     let slots = (file_bytes / len.max(1) as u64).max(1);
     let count = count.min(slots);
-    let mut rng = Rng::new(seed ^ 0x0FF5_E7);
+    let mut rng = Rng::new(seed ^ 0x000F_F5E7);
     let mut seen = std::collections::HashSet::with_capacity(count as usize);
     let mut v = Vec::with_capacity(count as usize);
     while (v.len() as u64) < count {
