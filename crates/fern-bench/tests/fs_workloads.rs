@@ -88,9 +88,7 @@ fn every_workload_runs_and_checks_clean_on_fernfs_lib() {
     let table = fern_bench::fs::report::markdown_table(&out.medians, &["fernfs-lib".into()]);
     assert!(table.contains("| F9a |"), "{table}");
     // Nothing left behind.
-    let left: Vec<_> = std::fs::read_dir(dir.path().join("run"))
-        .unwrap()
-        .collect();
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("run")).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -175,7 +173,12 @@ fn renamed_directory_keeps_every_file_across_a_remount() {
     t.sync().unwrap();
     t.cold(false).unwrap();
     assert!(t.lstat("a/big").is_err());
-    let names: HashSet<String> = t.list("b/big").unwrap().into_iter().map(|e| e.name).collect();
+    let names: HashSet<String> = t
+        .list("b/big")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names.len(), 300);
     assert_eq!(t.read_file("b/big/f299").unwrap(), b"x");
 }
