@@ -52,6 +52,10 @@ fern_teardown() {
     "$fernfs" umount "$mnt" 2>/dev/null || "$fernfs" umount --lazy "$mnt" 2>/dev/null \
       || fusermount3 -u -z "$mnt" 2>/dev/null || true
   fi
-  rm -rf "$work"
+  if [ "${FERN_KEEP:-0}" = 1 ]; then
+    echo "kept $work (FERN_KEEP=1)" >&2
+  else
+    rm -rf "$work"
+  fi
   exit $rc
 }
