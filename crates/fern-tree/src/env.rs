@@ -178,6 +178,54 @@ struct CkptSignal {
 }
 
 impl Inner {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            cache: &self.cache,
+            bf: &self.bf,
+            dev: &self.dev,
+            shape: &self.shape,
+            upserts: &self.upserts,
+        }
+    }
+
+    /// The sharp checkpoint: everything under the write lock the caller holds (`st`).
+    fn checkpoint_locked(&self, st: &State) -> Result<()> {
+        let ctx = self.ctx();
+        let lsn = self.wal.end();
+        let result = (|| {
+            for n in ctx.cache.dirty() {
+                ctx.write_node(&n)?;
+                n.set_dirty(false);
+            }
+            let meta = encode_meta(st, &self.shape);
+            self.bf.lock().checkpoint(lsn, &meta)
+        })();
+        match &result {
+            // The checkpoint's syncs covered every log record written before it.
+            Ok(()) => self.wal.mark_durable(lsn),
+            Err(e) => self.set_poison(e.to_string()),
+        }
+        result
+    }
+
+    /// Closes: waits for a running checkpoint, stops the background threads, and (unless
+    /// poisoned or already closed) commits a final checkpoint. Nothing writes to the image after
+    /// this returns.
+    fn shutdown(&self) -> Result<()> {
+        let _one = self.ckpt_lock.lock();
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        if let Some(sig) = &self.ckpt_signal {
+            sig.cv.notify_one();
+        }
+        if self.poisoned.lock().is_some() {
+            return Ok(());
+        }
+        let st = self.state.write();
+        self.checkpoint_locked(&st)
+    }
+
     /// Records the first failure (E2) and fails every waiter of the log (W3).
     fn set_poison(&self, why: String) {
         self.wal.fail(&why);
@@ -188,10 +236,27 @@ impl Inner {
     }
 }
 
-/// An open environment. Cheap to clone; all clones share the same state.
+/// An open environment. Cheap to clone; all clones share the same state. When the last clone
+/// (and the last [`Tree`] and cursor, which hold one) is dropped without [`Env::close`], the
+/// environment is closed with a final checkpoint before the drop returns, so the image can be
+/// reopened at once.
 #[derive(Clone)]
 pub struct Env {
     pub(crate) inner: Arc<Inner>,
+    /// Present in every handle a user holds; `None` in the background threads' handles, which
+    /// therefore never keep an environment open.
+    _user: Option<Arc<UserHandle>>,
+}
+
+/// Dropped with the last user handle: closes the environment.
+struct UserHandle(Arc<Inner>);
+
+impl Drop for UserHandle {
+    fn drop(&mut self) {
+        // A handle dropped without close() still gets a checkpoint, so an embedded user who
+        // forgets close() loses nothing; errors have nowhere to go.
+        let _ = self.0.shutdown();
+    }
 }
 
 impl std::fmt::Debug for Env {
@@ -400,8 +465,11 @@ impl Env {
             .ok_or_else(|| Error::corrupt("catalog", "log epoch overflow"))?;
         let wal = Wal::new(region, scanned.end, state.epoch);
         let env = Env::assemble(dev, opened.file, shape, state, wal, opts);
-        env.replay(scanned.records)?;
-        env.checkpoint()?;
+        if let Err(e) = env.replay(scanned.records).and_then(|_| env.checkpoint()) {
+            // Never checkpoint a half-replayed state on the way out: the log still holds it.
+            env.inner.closed.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
         Ok(env)
     }
 
@@ -413,26 +481,28 @@ impl Env {
         wal: Wal,
         opts: Options,
     ) -> Env {
-        let env = Env {
-            inner: Arc::new(Inner {
-                state: RwLock::new(state),
-                cache: Cache::new(opts.cache_bytes),
-                bf: Mutex::new(bf),
-                dev,
-                shape,
-                upserts: opts.upserts,
-                poisoned: Mutex::new(None),
-                closed: AtomicBool::new(false),
-                wal,
-                durability: opts.durability,
-                ckpt_lock: Mutex::new(()),
-                ckpt_signal: opts.checkpoint_thread.then(|| {
-                    Arc::new(CkptSignal {
-                        want: Mutex::new(false),
-                        cv: parking_lot::Condvar::new(),
-                    })
-                }),
+        let inner = Arc::new(Inner {
+            state: RwLock::new(state),
+            cache: Cache::new(opts.cache_bytes),
+            bf: Mutex::new(bf),
+            dev,
+            shape,
+            upserts: opts.upserts,
+            poisoned: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            wal,
+            durability: opts.durability,
+            ckpt_lock: Mutex::new(()),
+            ckpt_signal: opts.checkpoint_thread.then(|| {
+                Arc::new(CkptSignal {
+                    want: Mutex::new(false),
+                    cv: parking_lot::Condvar::new(),
+                })
             }),
+        });
+        let env = Env {
+            inner: inner.clone(),
+            _user: Some(Arc::new(UserHandle(inner))),
         };
         if let Some(every) = opts.sync_interval {
             spawn_flusher(Arc::downgrade(&env.inner), every);
@@ -499,14 +569,7 @@ impl Env {
     }
 
     pub(crate) fn ctx(&self) -> Ctx<'_> {
-        let i = &self.inner;
-        Ctx {
-            cache: &i.cache,
-            bf: &i.bf,
-            dev: &i.dev,
-            shape: &i.shape,
-            upserts: &i.upserts,
-        }
+        self.inner.ctx()
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -804,32 +867,12 @@ impl Env {
 
     /// The sharp checkpoint: everything under the write lock.
     fn checkpoint_locked(&self, st: &State) -> Result<()> {
-        let ctx = self.ctx();
-        let lsn = self.inner.wal.end();
-        let result = (|| {
-            for n in ctx.cache.dirty() {
-                ctx.write_node(&n)?;
-                n.set_dirty(false);
-            }
-            let meta = encode_meta(st, &self.inner.shape);
-            self.inner.bf.lock().checkpoint(lsn, &meta)
-        })();
-        if result.is_ok() {
-            // The checkpoint's syncs covered every log record written before it.
-            self.inner.wal.mark_durable(lsn);
-        }
-        self.poison(result)
+        self.inner.checkpoint_locked(st)
     }
 
     /// Checkpoints and closes. Other clones of this handle can no longer write.
     pub fn close(self) -> Result<()> {
-        let r = if self.inner.poisoned.lock().is_some() {
-            Ok(())
-        } else {
-            self.checkpoint()
-        };
-        self.inner.closed.store(true, Ordering::Relaxed);
-        r
+        self.inner.shutdown()
     }
 
     /// Current statistics.
@@ -890,32 +933,6 @@ impl Env {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // A handle dropped without close() still gets a best-effort checkpoint, so an embedded
-        // user who forgets close() does not lose everything since the last checkpoint.
-        if self.closed.load(Ordering::Relaxed) || self.poisoned.lock().is_some() {
-            return;
-        }
-        let st = self.state.get_mut();
-        let ctx = Ctx {
-            cache: &self.cache,
-            bf: &self.bf,
-            dev: &self.dev,
-            shape: &self.shape,
-            upserts: &self.upserts,
-        };
-        let _ = (|| -> Result<()> {
-            for n in ctx.cache.dirty() {
-                ctx.write_node(&n)?;
-                n.set_dirty(false);
-            }
-            let meta = encode_meta(st, &self.shape);
-            self.bf.lock().checkpoint(self.wal.end(), &meta)
-        })();
-    }
-}
-
 /// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
 fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
     let _ = std::thread::Builder::new()
@@ -937,10 +954,13 @@ fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
             if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
                 return;
             }
-            let env = Env { inner };
+            let env = Env { inner, _user: None };
             let Some(_one) = env.inner.ckpt_lock.try_lock() else {
                 continue; // a checkpoint is running; it covers this request
             };
+            if env.inner.closed.load(Ordering::SeqCst) {
+                return; // closed while this thread waited for the lock
+            }
             if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
                 return; // poisoned
             }
