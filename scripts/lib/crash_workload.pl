@@ -33,6 +33,8 @@ if ($mode eq 'write') {
         if ($i % 7 == 6 && @acked > 2) {
             # rename an acknowledged file to a new name (content is derived from the old name)
             my $old = splice(@acked, int(rand(@acked - 1)), 1);
+            # Intent first: if the daemon dies mid-rename, either name is a correct outcome.
+            print $log "~$old>$old.moved\n"; $log->sync;
             rename("$dir/$old", "$dir/$old.moved") or die "rename: $!\n";
             sysopen(my $d, $dir, O_RDONLY) or die "open dir: $!\n";
             $d->sync or die "fsync dir: $!\n"; close($d);
@@ -40,6 +42,7 @@ if ($mode eq 'write') {
         }
         if ($i % 11 == 10 && @acked > 2) {
             my $old = splice(@acked, 0, 1);
+            print $log "~$old>\n"; $log->sync;   # in flight: present or absent are both fine
             unlink("$dir/$old") or die "unlink: $!\n";
             sysopen(my $d, $dir, O_RDONLY) or die "open dir: $!\n";
             $d->sync or die "fsync dir: $!\n"; close($d);
@@ -48,17 +51,35 @@ if ($mode eq 'write') {
     }
 } elsif ($mode eq 'verify') {
     open(my $log, '<', $ack) or die "ack log: $!\n";
-    my %want;
+    my (%want, %pending);
     while (my $l = <$log>) {
+        next unless $l =~ /\n$/;      # a torn last line is not an acknowledgement
         chomp $l;
-        next unless length $l > 1;     # a torn last line is not an acknowledgement
+        next unless length $l > 1;
         my ($op, $rest) = (substr($l, 0, 1), substr($l, 1));
         if ($op eq '+') { my ($n, $src) = split(/=/, $rest, 2); $want{$n} = $src // $n; }
-        elsif ($op eq '-') { delete $want{$rest}; }
+        elsif ($op eq '-') { delete $want{$rest}; delete $pending{$rest}; }
+        elsif ($op eq '~') { my ($from, $to) = split(/>/, $rest, 2); $pending{$from} = $to // ''; }
     }
     my ($ok, $bad) = (0, 0);
     for my $n (sort keys %want) {
         my $expect = content($want{$n});
+        if (exists $pending{$n}) {
+            # An operation on $n was in flight at the crash (intent logged, never confirmed):
+            # the file may be under its old name, its new name, or (unlink) gone.
+            my $to = $pending{$n};
+            my $found = 0;
+            for my $cand ($n, length $to ? ($to) : ()) {
+                if (open(my $fh, '<', "$dir/$cand")) {
+                    local $/; my $got = <$fh>;
+                    $found = 1 if defined $got && $got eq $expect;
+                }
+            }
+            if ($found || !length $to) { $ok++; next; }
+            print STDERR "verify: $n (rename to $to in flight): under neither name\n";
+            $bad++;
+            next;
+        }
         if (open(my $fh, '<', "$dir/$n")) {
             local $/; my $got = <$fh>;
             if (defined $got && $got eq $expect) { $ok++; next; }
