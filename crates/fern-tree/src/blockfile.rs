@@ -760,8 +760,9 @@ impl BlockFile {
         let Some(ip) = self.in_progress.take() else {
             return Err(Error::InvalidArgument("no checkpoint in progress".into()));
         };
-        self.pending_ids.extend(ip.freed_ids);
         let r = self.commit_table(ip.btt, lsn, meta);
+        // Ids freed while it was written are still in its table: reusable after the next (B7).
+        self.pending_ids.extend(ip.freed_ids);
         if r.is_err() {
             // Poisoned: nothing durable references them; keep the allocator accounting whole.
             self.pending_free.extend(ip.written);
