@@ -2,7 +2,9 @@
 //!
 //! Layers, bottom up: [`device`] (all I/O), `alloc` (free space), `codec` (partition
 //! compression and checksums), `blockfile` (headers, block translation table, copy-on-write
-//! block writes, checkpoints), then the tree itself.
+//! block writes, checkpoints), [`wal`] (the write-ahead log inside the image: record framing,
+//! group commit, the recovery scan), then the tree itself; `env` ties them together (logged
+//! write batches, durability, recovery, non-stalling checkpoints).
 //! The on-disk format and the numbered invariants are specified in `docs/design.md`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
