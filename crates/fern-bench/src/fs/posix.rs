@@ -231,6 +231,46 @@ pub fn cleanup_leftovers(dir: &Path) -> Vec<String> {
     done
 }
 
+/// Makes this process ignore SIGINT and SIGTERM sent to its process group: a task child calls
+/// it so that a Ctrl-C stops the parent while the running task finishes and tears its mount
+/// down (a child killed outright is cleaned up by the parent or by the next run's sweep).
+pub fn ignore_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installing SIG_IGN touches no memory of ours and has no handler to race.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
+/// Cleans what dead runs left in `tmp`: for every `fernfs-bench-fs-PID` directory whose PID
+/// no longer runs, unmounts and detaches what is below it and removes it. Returns what it did.
+pub fn sweep_stale_runs(tmp: &Path) -> Vec<String> {
+    let mut done = Vec::new();
+    let Ok(rd) = fs::read_dir(tmp) else {
+        return done;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("fernfs-bench-fs-")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = e.path();
+        done.extend(cleanup_leftovers(&dir));
+        if fs::remove_dir_all(&dir).is_ok() {
+            done.push(format!(
+                "removed {} (left by a run that died)",
+                dir.display()
+            ));
+        }
+    }
+    done
+}
+
 /// A mounted file system driven through syscalls.
 pub struct PosixTarget {
     system: &'static str,

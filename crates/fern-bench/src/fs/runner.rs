@@ -119,10 +119,17 @@ fn label(t: &FsTaskSpec) -> String {
 
 /// Runs every task of `cfg`, then takes medians.
 pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> {
+    let mut out = RunOutput::default();
+    if let Some(parent) = cfg.dir.parent() {
+        for what in posix::sweep_stale_runs(parent) {
+            let n = format!("before the run: {what}");
+            progress.note(&n);
+            out.notes.push(n);
+        }
+    }
     std::fs::create_dir_all(&cfg.dir)?;
     let tasks = cfg.plan();
     progress.start(tasks.len());
-    let mut out = RunOutput::default();
     let pin = cfg.pin && taskset_available();
     for (i, task) in tasks.iter().enumerate() {
         let name = label(task);
@@ -135,7 +142,9 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
             }
         };
         for what in posix::cleanup_leftovers(&task.dir) {
-            progress.note(&format!("{name}: cleaned up after the task: {what}"));
+            let n = format!("{name}: cleaned up after the task: {what}");
+            progress.note(&n);
+            out.notes.push(n);
         }
         let _ = std::fs::remove_dir_all(&task.dir);
         match result {
@@ -214,6 +223,7 @@ fn run_child(
 
 /// The child side: runs the task described by `spec_json` and writes its output to `out`.
 pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
+    posix::ignore_interrupts();
     let spec: FsTaskSpec = serde_json::from_str(spec_json)?;
     let output = workloads::run_task(&spec)?;
     std::fs::write(out, serde_json::to_string(&output)?)?;
