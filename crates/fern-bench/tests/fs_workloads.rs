@@ -256,3 +256,131 @@ fn unknown_and_future_names_are_refused_with_a_hint() {
         .contains("not implemented yet"));
     assert!(FsSystem::parse("nope").is_err());
 }
+
+/// fernfs-lib with two planted faults: the content of every file named "f3" reads wrong, and
+/// listings leave out every entry named "f5". The workloads must count both.
+struct Faulty(LibTarget);
+
+impl FsTarget for Faulty {
+    fn system(&self) -> &'static str {
+        "fernfs-lib"
+    }
+    fn describe(&self) -> String {
+        "faulty".into()
+    }
+    fn mkdir(&self, p: &str) -> fern_bench::Result<()> {
+        self.0.mkdir(p)
+    }
+    fn write_new(&self, p: &str, d: &[u8]) -> fern_bench::Result<()> {
+        self.0.write_new(p, d)
+    }
+    fn read_file(&self, p: &str) -> fern_bench::Result<Vec<u8>> {
+        let mut d = self.0.read_file(p)?;
+        if p.ends_with("/f3") {
+            d[0] ^= 1;
+        }
+        Ok(d)
+    }
+    fn list(&self, p: &str) -> fern_bench::Result<Vec<fern_bench::fs::target::Entry>> {
+        let mut v = self.0.list(p)?;
+        v.retain(|e| e.name != "f5");
+        Ok(v)
+    }
+    fn lstat(&self, p: &str) -> fern_bench::Result<fern_bench::fs::target::StatLite> {
+        self.0.lstat(p)
+    }
+    fn chmod(&self, p: &str, m: u32) -> fern_bench::Result<()> {
+        self.0.chmod(p, m)
+    }
+    fn set_times(&self, p: &str, s: i64) -> fern_bench::Result<()> {
+        self.0.set_times(p, s)
+    }
+    fn rename(&self, a: &str, b: &str) -> fern_bench::Result<()> {
+        self.0.rename(a, b)
+    }
+    fn unlink(&self, p: &str) -> fern_bench::Result<()> {
+        self.0.unlink(p)
+    }
+    fn rmdir(&self, p: &str) -> fern_bench::Result<()> {
+        self.0.rmdir(p)
+    }
+    fn open(&self, p: &str, c: bool) -> fern_bench::Result<fern_bench::fs::target::FileId> {
+        self.0.open(p, c)
+    }
+    fn pwrite(
+        &self,
+        f: fern_bench::fs::target::FileId,
+        o: u64,
+        d: &[u8],
+    ) -> fern_bench::Result<()> {
+        self.0.pwrite(f, o, d)
+    }
+    fn pread(
+        &self,
+        f: fern_bench::fs::target::FileId,
+        o: u64,
+        l: usize,
+    ) -> fern_bench::Result<Vec<u8>> {
+        self.0.pread(f, o, l)
+    }
+    fn fsync(&self, f: fern_bench::fs::target::FileId) -> fern_bench::Result<()> {
+        self.0.fsync(f)
+    }
+    fn close(&self, f: fern_bench::fs::target::FileId) -> fern_bench::Result<()> {
+        self.0.close(f)
+    }
+    fn sync(&self) -> fern_bench::Result<()> {
+        self.0.sync()
+    }
+    fn cold(&mut self, d: bool) -> fern_bench::Result<bool> {
+        self.0.cold(d)
+    }
+    fn finish(self: Box<Self>) -> fern_bench::Result<()> {
+        Box::new(self.0).finish()
+    }
+}
+
+#[test]
+fn wrong_answers_are_counted_not_hidden() {
+    let run = |scenario: FsScenario, workloads: Vec<FsWorkload>| {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = FsTaskSpec {
+            system: "fernfs-lib".into(),
+            scenario,
+            workloads,
+            sizes: tiny(),
+            dir: dir.path().to_path_buf(),
+            seed: 3,
+            drop_caches: false,
+            rep: 0,
+        };
+        let t = Faulty(LibTarget::create(&dir.path().join("x.img"), CACHE).unwrap());
+        workloads::run_task_on(&spec, Box::new(t))
+    };
+    // F1: the "f3" files read wrong (one per leaf directory: 38 leaves of 8 files).
+    let out = run(
+        FsScenario::Tree { threads: 1 },
+        vec![FsWorkload::F1, FsWorkload::F2],
+    )
+    .unwrap();
+    let f1 = out.records.iter().find(|r| r.workload == "F1").unwrap();
+    assert_eq!(f1.errors, 300u64.div_ceil(8));
+    // F2: the hidden "f5" entries make the count wrong.
+    let f2 = out.records.iter().find(|r| r.workload == "F2").unwrap();
+    assert!(f2.errors > 0, "{f2:?}");
+    // F4 and F9a: a listing that misses an entry is caught.
+    let out = run(FsScenario::OneDir, vec![FsWorkload::F4]).unwrap();
+    assert!(
+        out.records.iter().any(|r| r.errors > 0),
+        "{:?}",
+        out.records
+    );
+    let out = run(FsScenario::Rename, vec![FsWorkload::F9a]).unwrap();
+    assert!(
+        out.records.iter().all(|r| r.errors > 0),
+        "{:?}",
+        out.records
+    );
+    // F9b: rm -r cannot see "f5" files, so their directories cannot be removed: it fails.
+    assert!(run(FsScenario::Tree { threads: 1 }, vec![FsWorkload::F9b]).is_err());
+}
