@@ -153,6 +153,17 @@ impl MsgBuffer {
         }
     }
 
+    /// How many point messages for exactly `key` are buffered.
+    pub(crate) fn count_for_key(&self, key: &[u8]) -> usize {
+        debug_assert!(
+            self.pending.is_empty(),
+            "reading an unsealed buffer (invariant N7)"
+        );
+        let start = self.sorted.partition_point(|&o| self.key_at(o) < key);
+        let end = self.sorted.partition_point(|&o| self.key_at(o) <= key);
+        end - start
+    }
+
     /// Point messages with keys in `[lo, hi)` (`hi = None`: unbounded), in (key, MSN) order.
     pub(crate) fn points_in<'a>(&'a self, lo: &[u8], hi: Option<&[u8]>, out: &mut Vec<MsgRef<'a>>) {
         debug_assert!(

@@ -114,6 +114,7 @@ pub(crate) fn write(ctx: &Ctx<'_>, root: NodeId, msgs: &MsgBuffer) -> Result<Nod
     let mut node = ctx.take(root)?;
     push_down(ctx, &mut node, msgs)?;
     if !node.is_leaf() {
+        cool_hot_keys(ctx, &mut node, msgs)?;
         flush_if_needed(ctx, &mut node)?;
     }
     finish_root(ctx, node)
@@ -339,6 +340,26 @@ fn normalize_basements(
     *pivots = new_pivots;
 }
 
+/// What a flush does below the child it filled.
+#[derive(Clone, Copy)]
+enum Below<'k> {
+    /// Flush further only where a node is over its size (the normal case).
+    IfNeeded,
+    /// Flush everything down to the leaves (optimize).
+    All,
+    /// Carry the messages for this key all the way to its leaf (a hot key).
+    Path(&'k [u8]),
+}
+
+/// A key with at least this many messages waiting in one buffer is "hot": its messages are
+/// pushed to the leaf at once, so a read of it never folds more than about this many pending
+/// messages per level. Without it, a key upserted by every operation (a directory's mtime on
+/// every create) costs each read O(pending upserts) until the buffer flushes on its own.
+/// Scaled down for tiny test nodes so the model tests exercise it.
+fn hot_key_messages(shape: &Shape) -> usize {
+    (shape.node_bytes / 1024).clamp(8, 64)
+}
+
 /// Flushes the fullest child buffer until the node's buffered bytes fit the node size.
 fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
     while node.payload_bytes() > ctx.shape.node_bytes {
@@ -351,7 +372,36 @@ fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
             .enumerate()
             .max_by_key(|&(_, b)| b)
             .unwrap_or((0, 0));
-        flush_child(ctx, node, i, false)?;
+        flush_child(ctx, node, i, Below::IfNeeded)?;
+    }
+    Ok(())
+}
+
+/// Flushes the buffers on `key`'s path, from this node down to its leaf.
+fn flush_key_path(ctx: &Ctx<'_>, node: &mut Node, key: &[u8]) -> Result<()> {
+    let Body::Internal { pivots, .. } = &node.body else {
+        return Ok(());
+    };
+    let i = child_for(pivots, key);
+    flush_child(ctx, node, i, Below::Path(key))?;
+    Ok(())
+}
+
+/// Pushes the messages of hot keys among `msgs` to their leaves (see `hot_key_messages`).
+fn cool_hot_keys(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
+    let mut last: Option<&[u8]> = None;
+    for (m, _) in msgs.in_msn_order() {
+        if m.kind == Kind::RangeDelete || last == Some(m.key) {
+            continue;
+        }
+        last = Some(m.key);
+        let Body::Internal { pivots, bufs, .. } = &mut node.body else {
+            return Ok(());
+        };
+        let i = child_for(pivots, m.key);
+        if bufs[i].get_mut().count_for_key(m.key) >= hot_key_messages(ctx.shape) {
+            flush_key_path(ctx, node, m.key)?;
+        }
     }
     Ok(())
 }
@@ -369,7 +419,7 @@ fn flush_all(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
         let Some(i) = next else {
             return Ok(());
         };
-        let (pieces, merged) = flush_child(ctx, node, i, true)?;
+        let (pieces, merged) = flush_child(ctx, node, i, Below::All)?;
         done.extend(pieces);
         if let Some(m) = merged {
             done.remove(&m);
@@ -394,7 +444,7 @@ fn flush_child(
     ctx: &Ctx<'_>,
     node: &mut Node,
     i: usize,
-    deep: bool,
+    below: Below<'_>,
 ) -> Result<(Vec<NodeId>, Option<NodeId>)> {
     let Body::Internal {
         pivots,
@@ -408,10 +458,14 @@ fn flush_child(
     let mut child = ctx.take(children[i])?;
     push_down(ctx, &mut child, &msgs)?;
     drop(msgs);
-    if deep {
-        flush_all(ctx, &mut child)?;
-    } else if !child.is_leaf() {
-        flush_if_needed(ctx, &mut child)?;
+    match below {
+        Below::All => flush_all(ctx, &mut child)?,
+        Below::Path(key) if !child.is_leaf() => {
+            flush_key_path(ctx, &mut child, key)?;
+            flush_if_needed(ctx, &mut child)?;
+        }
+        _ if !child.is_leaf() => flush_if_needed(ctx, &mut child)?,
+        _ => {}
     }
     let pieces = split_if_needed(ctx, child);
     // Replace child i by the pieces; new siblings start with empty buffers.
@@ -970,7 +1024,31 @@ fn walk(
     Ok(max)
 }
 
+/// How many messages for `key` wait in buffers on its root-to-leaf path.
+pub(crate) fn pending_for(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<usize> {
+    let mut id = root;
+    let mut n = 0;
+    loop {
+        let node = ctx.fetch(id)?;
+        let Body::Internal {
+            pivots, children, ..
+        } = &node.body
+        else {
+            return Ok(n);
+        };
+        let i = child_for(pivots, key);
+        n += ctx.buffer(&node, i)?.count_for_key(key);
+        id = children[i];
+    }
+}
+
 impl crate::env::Tree {
+    /// How many messages for `key` are still buffered above its leaf (a read of the key
+    /// applies each of them); a diagnostic for message backlog.
+    pub fn pending_messages_for(&self, key: &[u8]) -> Result<usize> {
+        self.env.read(self, |ctx, root| pending_for(ctx, root, key))
+    }
+
     /// Reads every node of this tree and checks its structural invariants; returns what it saw.
     /// An error names the node that breaks an invariant.
     pub fn verify(&self) -> Result<TreeReport> {

@@ -56,6 +56,8 @@ enum Step {
     Scan(u16, u16, bool),
     Succ(u16),
     Pred(u16),
+    /// Many upserts of one key in one batch (a "hot" key, like a directory's mtime).
+    Hot(u16, u8),
     Checkpoint,
     Optimize,
     Reopen,
@@ -83,6 +85,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (k.clone(), 0u16..200, any::<bool>()).prop_map(|(lo, w, rev)| Step::Scan(lo, lo.saturating_add(w), rev)),
         2 => k.clone().prop_map(Step::Succ),
         2 => k.clone().prop_map(Step::Pred),
+        2 => (k.clone(), 1u8..40).prop_map(|(k, n)| Step::Hot(k, n)),
         1 => Just(Step::Checkpoint),
         1 => Just(Step::Optimize),
         1 => Just(Step::Reopen),
@@ -186,6 +189,20 @@ fn run(steps: Vec<Step>, comp: Compression) -> Result<(), TestCaseError> {
                     .next_back()
                     .map(|(k, v)| (k.clone(), v.clone()));
                 prop_assert_eq!(t.predecessor(&key(k)).unwrap(), want, "predecessor {}", k);
+            }
+            Step::Hot(k, n) => {
+                let mut b = WriteBatch::new();
+                for _ in 0..n {
+                    b.upsert(&t, &key(k), ADD, &3u64.to_le_bytes());
+                    match add(
+                        model.get(&key(k)).map(|v| v.as_slice()),
+                        &3u64.to_le_bytes(),
+                    ) {
+                        Some(v) => model.insert(key(k), v),
+                        None => model.remove(&key(k)),
+                    };
+                }
+                env.write(b).unwrap();
             }
             Step::Checkpoint => env.checkpoint().unwrap(),
             Step::Optimize => t.optimize().unwrap(),

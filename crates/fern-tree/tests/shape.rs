@@ -105,3 +105,50 @@ fn point_deletes_shrink_the_tree() {
         "deleted rows left {shrunk} nodes vs {direct}"
     );
 }
+
+/// A key upserted by every operation (a directory's mtime on every create) does not pile up
+/// pending messages: they are pushed to the leaf once they pass a threshold, so reads of it
+/// stay cheap, and the value stays exact.
+#[test]
+fn hot_key_upserts_are_pushed_to_the_leaf() {
+    let mut o = Options {
+        cache_bytes: 16 << 20,
+        node_bytes: 1 << 20,
+        ..Options::default()
+    };
+    o.register_upsert(
+        fern_tree::UpsertId(1),
+        Arc::new(|_k, old, arg| {
+            let a = u64::from_le_bytes(arg.try_into().ok()?);
+            let o = old
+                .and_then(|o| o.try_into().ok())
+                .map(u64::from_le_bytes)
+                .unwrap_or(0);
+            Some((o + a).to_le_bytes().to_vec())
+        }),
+    );
+    let env = Env::create_on(Arc::new(MemDevice::new()), o).unwrap();
+    let t = env.tree("t").unwrap();
+    // Enough other rows that the root is an internal node with buffers.
+    fill(&env, &t, b'a', 30_000);
+    for i in 0..5_000u64 {
+        let mut b = WriteBatch::new();
+        b.upsert(&t, b"hot", fern_tree::UpsertId(1), &1u64.to_le_bytes());
+        b.insert(&t, &i.to_be_bytes(), b"x");
+        env.write(b).unwrap();
+    }
+    assert_eq!(
+        t.get(b"hot").unwrap(),
+        Some(5_000u64.to_le_bytes().to_vec())
+    );
+    let report = t.verify().unwrap();
+    eprintln!("{report:?}");
+    // Bounded per level by the hot-key threshold (64), where a plain Bε-tree would still hold
+    // all 5,000 in the root's buffer (it is under its size limit).
+    let pending = t.pending_messages_for(b"hot").unwrap();
+    assert!(
+        pending <= 64 * report.height as usize,
+        "{pending} messages for the hot key still buffered"
+    );
+    env.close().unwrap();
+}
