@@ -77,6 +77,17 @@ impl MsgBuffer {
             self.sorted = pending;
             return;
         }
+        if pending.len() * 16 < self.sorted.len() {
+            // A few new messages (the common case: a small write batch): binary-search each
+            // one's place (after every older message for its key) instead of a full merge,
+            // which would compare every key in the buffer on every small batch.
+            for off in pending {
+                let key = self.key_at(off);
+                let at = self.sorted.partition_point(|&o| self.key_at(o) <= key);
+                self.sorted.insert(at, off);
+            }
+            return;
+        }
         let old = std::mem::take(&mut self.sorted);
         let mut merged = Vec::with_capacity(old.len() + pending.len());
         let (mut i, mut j) = (0, 0);
