@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::{BenchError, Result};
 
@@ -59,7 +60,7 @@ impl Batch {
 }
 
 /// When a write becomes durable. Workloads E1–E7 use [`Durability::Deferred`] (no fsync per
-/// batch; [`Engine::sync`] at the end); E9 will use [`Durability::PerBatch`].
+/// batch; [`Engine::sync`] at the end); E9 uses [`Durability::PerBatch`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Durability {
@@ -111,6 +112,26 @@ pub trait Engine {
     fn sync(&mut self) -> Result<()>;
     /// Syncs and releases the database.
     fn close(self: Box<Self>) -> Result<()>;
+    /// A handle through which many threads commit to this database at once (E9), or `None`
+    /// when the engine cannot (E9 then skips it with a note). The engine is opened with
+    /// [`Durability::PerBatch`] for E9; every handle must be dropped before [`Engine::close`].
+    fn committers(&mut self) -> Option<Arc<dyn Committers>> {
+        None
+    }
+}
+
+/// The concurrent side of an engine (E9): each thread takes its own [`Committer`] (a clone of
+/// the engine's handle, or its own connection where the engine wants one per thread).
+pub trait Committers: Send + Sync {
+    /// A committer for the calling thread.
+    fn committer(&self) -> Result<Box<dyn Committer>>;
+}
+
+/// Commits small batches durably from one thread.
+pub trait Committer: Send {
+    /// Inserts every pair of the batch in one transaction that is durable (on stable storage)
+    /// when this returns. Concurrent commits may share an fsync (group commit).
+    fn commit(&mut self, batch: &Batch) -> Result<()>;
 }
 
 /// The systems the harness knows, whether or not this build includes them.

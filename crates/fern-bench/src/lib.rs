@@ -1,5 +1,5 @@
 //! fern-bench: the benchmark harness of fernfs (shared/WORKLOADS.md): the engine workloads
-//! E1–E7 (below) and the file-system workloads F1–F10 ([`fs`]).
+//! E1–E7 and E9 (below) and the file-system workloads F1–F10 ([`fs`]).
 //!
 //! It owns: the [`Engine`] trait every engine under test is driven through, one thin adapter
 //! per engine (fern-tree always; each peer behind its own cargo feature), the deterministic data
@@ -22,7 +22,9 @@ pub mod report;
 pub mod runner;
 pub mod workloads;
 
-pub use engine::{Batch, Durability, Engine, EngineConfig, OpenMode, System};
+pub use engine::{
+    Batch, Committer, Committers, Durability, Engine, EngineConfig, OpenMode, System,
+};
 pub use error::{BenchError, Result};
 pub use report::Record;
 pub use runner::{BenchConfig, Isolation, Progress, RunOutput};

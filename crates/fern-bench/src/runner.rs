@@ -97,6 +97,12 @@ impl BenchConfig {
                 out.push(s);
             }
         }
+        for &threads in &self.sizes.commit_threads {
+            let s = Scenario::Commits { threads };
+            if wants(s) && !out.contains(&s) {
+                out.push(s);
+            }
+        }
         out
     }
 

@@ -1,4 +1,4 @@
-//! The engine workloads E1–E7 of shared/WORKLOADS.md, grouped into *scenarios*: the work one
+//! The engine workloads E1–E7 and E9 of shared/WORKLOADS.md, grouped into *scenarios*: the work one
 //! child process does on one fresh database.
 //!
 //! - `random` (per value kind): E1 random inserts, close (E7 space and write amplification are
@@ -6,18 +6,23 @@
 //!   E3 full scan, E6 range delete + full scan; E7 peak RSS at the end of the process.
 //! - `sequential`: E4 ascending inserts.
 //! - `upsert`: E5 counter upserts over a tenth as many keys, then every counter read back.
+//! - `commits/N` (one scenario per thread count): E9, N threads each committing small batches
+//!   durably for a fixed time through the engine's [`Committers`] handle; then close, reopen
+//!   and a full scan that must find exactly the rows of every acknowledged commit.
 //!
 //! Every answer is checked against the generator (the model); wrong answers are counted in the
 //! records' `errors` field, never hidden. Timed regions include the engine's final `sync`
 //! where the workload ends in a state that must be durable (E1 overall, E4, E5, E6).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::data::{self, ValueKind, KEY_LEN, VALUE_LEN};
-use crate::engine::{Batch, Durability, Engine, EngineConfig, OpenMode, System};
+use crate::engine::{Batch, Committers, Durability, Engine, EngineConfig, OpenMode, System};
 use crate::procinfo;
 use crate::report::Record;
 use crate::{BenchError, Result};
@@ -39,11 +44,13 @@ pub enum Workload {
     E6,
     /// Space, write amplification, peak RSS.
     E7,
+    /// Durable commits of small batches from 1, 4 and 16 threads.
+    E9,
 }
 
 impl Workload {
     /// Every workload this harness runs.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::E1,
         Workload::E2,
         Workload::E3,
@@ -51,6 +58,7 @@ impl Workload {
         Workload::E5,
         Workload::E6,
         Workload::E7,
+        Workload::E9,
     ];
 
     /// The id, e.g. "E1".
@@ -63,18 +71,19 @@ impl Workload {
             Workload::E5 => "E5",
             Workload::E6 => "E6",
             Workload::E7 => "E7",
+            Workload::E9 => "E9",
         }
     }
 
-    /// Parses "E1" (any case); E8/E9 are known but not implemented yet.
+    /// Parses "E1" (any case); E8 is known but not implemented yet.
     pub fn parse(s: &str) -> Result<Workload> {
         let up = s.trim().to_ascii_uppercase();
         if let Some(w) = Self::ALL.into_iter().find(|w| w.name() == up) {
             return Ok(w);
         }
         Err(BenchError::Usage(match up.as_str() {
-            "E8" | "E9" => format!("{up} is not implemented yet (E1-E7 are)"),
-            _ => format!("unknown workload {s:?}: expected E1..E7"),
+            "E8" => format!("{up} is not implemented yet (E1-E7 and E9 are)"),
+            _ => format!("unknown workload {s:?}: expected E1..E7 or E9"),
         }))
     }
 }
@@ -90,6 +99,12 @@ pub struct Sizes {
     pub budget_bytes: u64,
     /// Rows per write batch.
     pub batch: usize,
+    /// E9: thread counts, one scenario (one fresh database) each.
+    pub commit_threads: Vec<u32>,
+    /// E9: seconds every thread commits for, per thread count.
+    pub commit_seconds: f64,
+    /// E9: rows per durable commit.
+    pub commit_rows: usize,
 }
 
 impl Sizes {
@@ -100,6 +115,9 @@ impl Sizes {
             lookups: 200_000,
             budget_bytes: 256 << 20,
             batch: 1000,
+            commit_threads: vec![1, 4, 16],
+            commit_seconds: 10.0,
+            commit_rows: 10,
         }
     }
 
@@ -110,6 +128,9 @@ impl Sizes {
             lookups: 200_000,
             budget_bytes: 32 << 20,
             batch: 1000,
+            commit_threads: vec![1, 4, 16],
+            commit_seconds: 3.0,
+            commit_rows: 10,
         }
     }
 
@@ -132,6 +153,11 @@ pub enum Scenario {
     Sequential,
     /// E5.
     Upsert,
+    /// E9 with this many committing threads.
+    Commits {
+        /// Committing threads.
+        threads: u32,
+    },
 }
 
 impl Scenario {
@@ -147,6 +173,7 @@ impl Scenario {
             ],
             Scenario::Sequential => &[Workload::E4],
             Scenario::Upsert => &[Workload::E5],
+            Scenario::Commits { .. } => &[Workload::E9],
         }
     }
 
@@ -156,6 +183,7 @@ impl Scenario {
             Scenario::Random { values } => format!("random/{}", values.name()),
             Scenario::Sequential => "sequential".into(),
             Scenario::Upsert => "upsert".into(),
+            Scenario::Commits { threads } => format!("commits/{threads}"),
         }
     }
 }
@@ -216,6 +244,10 @@ pub fn run_task_with(spec: &TaskSpec, opener: Opener<'_>) -> Result<TaskOutput> 
         Scenario::Random { values } => t.random(values)?,
         Scenario::Sequential => t.sequential()?,
         Scenario::Upsert => t.upsert()?,
+        Scenario::Commits { threads } => {
+            t.cfg.durability = Durability::PerBatch;
+            t.commits(threads.max(1))?
+        }
     }
     Ok(t.out)
 }
@@ -514,4 +546,130 @@ impl<'a> Task<'a> {
         );
         Ok(())
     }
+
+    /// E9: `threads` threads commit `commit_rows`-row batches durably until
+    /// `commit_seconds` have passed; the figure is acknowledged commits per second. After a
+    /// close and a reopen a full scan must find exactly the rows of every acknowledged commit
+    /// (key = thread, commit number, row: 4 + 8 + 4 bytes big-endian; anything else, a
+    /// missing row or a row out of order is counted in `errors`).
+    fn commits(&mut self, threads: u32) -> Result<()> {
+        let spec = self.spec;
+        let (rows, seed) = (spec.sizes.commit_rows.max(1), spec.seed);
+        let mut eng = self.open(OpenMode::Create)?;
+        let Some(handle) = eng.committers() else {
+            let name = eng.name();
+            eng.close()?;
+            self.out.notes.push(format!(
+                "{name}: E9 skipped (no concurrent durable commits in this adapter)"
+            ));
+            return Ok(());
+        };
+        let secs = Duration::from_secs_f64(spec.sizes.commit_seconds.max(0.0));
+        let (done, elapsed) = run_committers(&handle, threads, rows, seed, secs)?;
+        drop(handle);
+        eng.close()?;
+        let total: u64 = done.iter().sum();
+        let eng = self.open(OpenMode::Reopen)?;
+        let errors = check_commits(eng, &done, rows)?;
+        let mut r = Record::new(
+            Workload::E9,
+            &spec.system,
+            rate(total, elapsed),
+            "commits/s",
+        );
+        r.metric = Some(format!("{threads} threads"));
+        r.threads = Some(threads);
+        r.keys = Some(total * rows as u64);
+        r.errors = errors;
+        self.out.records.push(r);
+        Ok(())
+    }
+}
+
+/// The key of row `row` of commit `n` of thread `t` in E9.
+fn commit_key(t: u32, n: u64, row: u32) -> [u8; KEY_LEN] {
+    let mut k = [0u8; KEY_LEN];
+    k[..4].copy_from_slice(&t.to_be_bytes());
+    k[4..12].copy_from_slice(&n.to_be_bytes());
+    k[12..].copy_from_slice(&row.to_be_bytes());
+    k
+}
+
+/// Runs the E9 threads; returns the commits each thread had acknowledged and the time from
+/// the common start until the last thread finished its last commit.
+fn run_committers(
+    handle: &Arc<dyn Committers>,
+    threads: u32,
+    rows: usize,
+    seed: u64,
+    secs: Duration,
+) -> Result<(Vec<u64>, Duration)> {
+    let stop = AtomicBool::new(false);
+    let start_line = Barrier::new(threads as usize + 1);
+    let (results, elapsed) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (stop, start_line) = (&stop, &start_line);
+                s.spawn(move || -> Result<u64> {
+                    let committer = handle.committer();
+                    start_line.wait();
+                    let mut c = committer?;
+                    let mut batch = Batch::new();
+                    let mut v = [0u8; VALUE_LEN];
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        batch.clear();
+                        for row in 0..rows as u32 {
+                            let i = (u64::from(t) << 40) ^ (n << 8) ^ u64::from(row);
+                            data::fill_value(ValueKind::Incompressible, seed, i, &mut v);
+                            batch.push(&commit_key(t, n, row), &v);
+                        }
+                        c.commit(&batch)?;
+                        n += 1;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        start_line.wait();
+        let start = Instant::now();
+        std::thread::sleep(secs);
+        stop.store(true, Ordering::Relaxed);
+        let results: Vec<_> = workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(BenchError::Usage("E9 thread panicked".into())))
+            })
+            .collect();
+        (results, start.elapsed())
+    });
+    let done = results.into_iter().collect::<Result<Vec<u64>>>()?;
+    Ok((done, elapsed))
+}
+
+/// Scans the reopened E9 database: exactly the rows of the acknowledged commits, in order.
+/// Returns the number of wrong, missing or disordered rows; closes the engine.
+fn check_commits(mut eng: Box<dyn Engine>, done: &[u64], rows: usize) -> Result<u64> {
+    let want: u64 = done.iter().sum::<u64>() * rows as u64;
+    let (mut seen, mut bad) = (0u64, 0u64);
+    let mut prev: Option<[u8; KEY_LEN]> = None;
+    eng.scan(&mut |k, v| {
+        let ok = k.len() == KEY_LEN && v.len() == VALUE_LEN && {
+            let t = u32::from_be_bytes(k[..4].try_into().unwrap_or_default());
+            let n = u64::from_be_bytes(k[4..12].try_into().unwrap_or_default());
+            let row = u32::from_be_bytes(k[12..].try_into().unwrap_or_default());
+            (t as usize) < done.len() && n < done[t as usize] && (row as usize) < rows
+        };
+        let key: [u8; KEY_LEN] = k.try_into().unwrap_or([0; KEY_LEN]);
+        if !ok || prev.is_some_and(|p| key <= p) {
+            bad += 1;
+        } else {
+            seen += 1;
+        }
+        prev = Some(key);
+        true
+    })?;
+    eng.close()?;
+    Ok(bad + want.abs_diff(seen))
 }

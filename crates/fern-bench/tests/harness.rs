@@ -10,8 +10,8 @@ use fern_bench::data::{self, ValueKind};
 use fern_bench::runner::{self, Silent};
 use fern_bench::workloads::{self, run_task_with};
 use fern_bench::{
-    Batch, BenchConfig, Durability, Engine, EngineConfig, Isolation, OpenMode, Record, Result,
-    Scenario, Sizes, System, TaskSpec, Workload,
+    Batch, BenchConfig, Committer, Committers, Durability, Engine, EngineConfig, Isolation,
+    OpenMode, Record, Result, Scenario, Sizes, System, TaskSpec, Workload,
 };
 
 fn tiny() -> Sizes {
@@ -20,6 +20,9 @@ fn tiny() -> Sizes {
         lookups: 2_500,
         budget_bytes: 4 << 20,
         batch: 1000,
+        commit_threads: vec![1, 4, 16],
+        commit_seconds: 0.2,
+        commit_rows: 10,
     }
 }
 
@@ -130,6 +133,21 @@ impl Engine for Model {
     }
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())
+    }
+    fn committers(&mut self) -> Option<Arc<dyn Committers>> {
+        Some(Arc::new(self.clone()))
+    }
+}
+
+impl Committers for Model {
+    fn committer(&self) -> Result<Box<dyn Committer>> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl Committer for Model {
+    fn commit(&mut self, batch: &Batch) -> Result<()> {
+        self.insert_batch(batch)
     }
 }
 
@@ -327,6 +345,7 @@ fn run_writes_json_records_with_the_reporting_fields() {
             lookups: 100,
             budget_bytes: 4 << 20,
             batch: 100,
+            ..Sizes::quick()
         },
         reps: 2,
         dir: dir.path().join("scratch"),
@@ -369,4 +388,154 @@ fn run_writes_json_records_with_the_reporting_fields() {
     );
     assert!(table.contains("| E1 | overall (incompressible) | inserts/s ↑ |"));
     assert!(table.contains("| E5 | upserts | upserts/s ↑ |"));
+}
+
+fn commits(threads: u32) -> Scenario {
+    Scenario::Commits { threads }
+}
+
+#[test]
+fn e9_on_fern_tree_commits_from_1_4_16_threads_and_every_commit_survives_reopen() {
+    for threads in [1, 4, 16] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = spec("fern-tree", commits(threads), dir.path());
+        let out = workloads::run_task(&s).unwrap();
+        assert_eq!(out.records.len(), 1, "{:?}", out.records);
+        let r = &out.records[0];
+        assert_eq!(r.workload, "E9");
+        assert_eq!(r.unit, "commits/s");
+        assert_eq!(r.threads, Some(threads));
+        assert_eq!(r.errors, 0, "{r:?}");
+        assert!(r.value > 0.0, "{r:?}");
+        // Count the rows again through a fresh open: every acknowledged commit is there.
+        let rows = r.keys.unwrap();
+        assert!(rows > 0 && rows.is_multiple_of(10), "{r:?}");
+        let mut eng = System::FernTree
+            .open(dir.path(), &cfg(), OpenMode::Reopen)
+            .unwrap();
+        let mut n = 0u64;
+        eng.scan(&mut |_, _| {
+            n += 1;
+            true
+        })
+        .unwrap();
+        eng.close().unwrap();
+        assert_eq!(n, rows, "{threads} threads");
+    }
+}
+
+#[test]
+fn e9_catches_lost_commits_and_skips_engines_without_committers() {
+    let ok = run_model(&Model::default(), commits(4));
+    assert_eq!(ok.len(), 1);
+    assert_eq!(ok[0].errors, 0, "{ok:?}");
+    assert!(ok[0].value > 0.0);
+    let lossy = Model {
+        lose_every: Some(7),
+        ..Model::default()
+    };
+    let bad = run_model(&lossy, commits(4));
+    assert!(bad[0].errors > 0, "{bad:?}");
+
+    /// An engine whose adapter has no concurrent commits.
+    struct Serial(Model);
+    impl Engine for Serial {
+        fn name(&self) -> &'static str {
+            "serial"
+        }
+        fn describe(&self) -> String {
+            String::new()
+        }
+        fn insert_batch(&mut self, b: &Batch) -> Result<()> {
+            self.0.insert_batch(b)
+        }
+        fn get(&mut self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.0.get(k)
+        }
+        fn scan(&mut self, v: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+            self.0.scan(v)
+        }
+        fn upsert_add_batch(&mut self, b: &Batch) -> Result<()> {
+            self.0.upsert_add_batch(b)
+        }
+        fn delete_range(&mut self, lo: &[u8], hi: &[u8]) -> Result<()> {
+            self.0.delete_range(lo, hi)
+        }
+        fn sync(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn close(self: Box<Self>) -> Result<()> {
+            Ok(())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = spec("serial", commits(4), dir.path());
+    let opener = |_: &Path, _: &EngineConfig, _: OpenMode| -> Result<Box<dyn Engine>> {
+        Ok(Box::new(Serial(Model::default())))
+    };
+    let out = run_task_with(&s, &opener).unwrap();
+    assert!(out.records.is_empty());
+    assert!(
+        out.notes.iter().any(|n| n.contains("E9 skipped")),
+        "{:?}",
+        out.notes
+    );
+}
+
+#[test]
+fn e9_every_compiled_adapter_commits_concurrently_without_error() {
+    for system in System::compiled() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = workloads::run_task(&spec(system.name(), commits(4), dir.path())).unwrap();
+        for r in &out.records {
+            assert_eq!(r.errors, 0, "{system}: {r:?}");
+            assert!(r.value > 0.0, "{system}: {r:?}");
+            assert_eq!(r.threads, Some(4));
+        }
+        if out.records.is_empty() {
+            assert!(
+                out.notes.iter().any(|n| n.contains("E9 skipped")),
+                "{system}"
+            );
+        }
+    }
+}
+
+#[test]
+fn e9_plan_has_one_task_per_thread_count_and_system_and_json_carries_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = BenchConfig {
+        systems: vec![System::FernTree],
+        workloads: vec![Workload::E9],
+        variants: vec![ValueKind::Incompressible],
+        sizes: Sizes {
+            commit_threads: vec![1, 4],
+            commit_seconds: 0.1,
+            ..tiny()
+        },
+        reps: 1,
+        dir: dir.path().join("scratch"),
+        seed: 1,
+        drop_caches: false,
+        isolation: Isolation::InProcess,
+    };
+    let plan = cfg.plan();
+    assert_eq!(plan.len(), 2);
+    assert_eq!(plan[0].scenario, commits(1));
+    assert_eq!(plan[1].scenario, commits(4));
+    let out = runner::run(&cfg, &mut Silent).unwrap();
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+    let json_path = dir.path().join("e9.json");
+    fern_bench::report::write_json(&json_path, &out.medians).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{v}");
+    for (r, t) in list.iter().zip([1, 4]) {
+        assert_eq!(r["workload"], "E9");
+        assert_eq!(r["system"], "fern-tree");
+        assert_eq!(r["unit"], "commits/s");
+        assert_eq!(r["threads"].as_u64(), Some(t));
+        assert!(r["value"].as_f64().unwrap() > 0.0);
+    }
 }

@@ -22,6 +22,7 @@ fn bench_engine_tiny_run_prints_a_table_and_writes_json() {
             "4",
         ])
         .args(["--reps", "1", "--no-drop-caches", "--variants", "text"])
+        .args(["--commit-seconds", "0.1", "--commit-threads", "1,4"])
         .arg("--json")
         .arg(&json)
         .arg("--dir")
@@ -38,8 +39,17 @@ fn bench_engine_tiny_run_prints_a_table_and_writes_json() {
     let records: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let records = records.as_array().unwrap();
-    for w in ["E1", "E2", "E3", "E4", "E5", "E6", "E7"] {
+    for w in ["E1", "E2", "E3", "E4", "E5", "E6", "E7", "E9"] {
         assert!(records.iter().any(|r| r["workload"] == w), "no {w} record");
+    }
+    // E9: one record per thread count, carrying `threads`.
+    for t in [1, 4] {
+        assert!(
+            records
+                .iter()
+                .any(|r| r["workload"] == "E9" && r["threads"] == t && r["unit"] == "commits/s"),
+            "no E9 record for {t} threads: {records:?}"
+        );
     }
     // Peak RSS comes from the child process of each task: positive and far below the
     // parent's whole-run figure would be for every engine at once.
@@ -63,7 +73,7 @@ fn unknown_system_and_workload_are_usage_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown system"));
     let out = fernfs()
-        .args(["bench", "engine", "--workloads", "E9"])
+        .args(["bench", "engine", "--workloads", "E8"])
         .output()
         .unwrap();
     assert!(!out.status.success());

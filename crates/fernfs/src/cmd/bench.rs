@@ -1,7 +1,7 @@
 //! `fernfs bench fs`: the file-system workloads through fern-fs's library API beside ext4
 //! (module `fern_bench::fs`; tasks re-execute this binary as `bench fs-task`).
 //!
-//! `fernfs bench engine`: the engine workloads E1–E7 against the peer engines compiled into
+//! `fernfs bench engine`: the engine workloads E1–E7 and E9 against the peer engines compiled into
 //! this build (`--features peers`, `--features rocksdb`), with a table on stdout, progress on
 //! stderr and `--json FILE` records in the format of WORKLOADS.md "Reporting".
 //!
@@ -30,7 +30,7 @@ pub struct BenchArgs {
 /// Which benchmark.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Engine workloads E1-E7: fern-tree against peer engines, same memory budget.
+    /// Engine workloads E1-E7 and E9: fern-tree against peer engines, same memory budget.
     Engine(EngineArgs),
     /// File-system workloads (F1, F2, F4, F5, F6, F9a/b/c, F10): fernfs through its library
     /// API beside kernel file systems on loop-mounted images.
@@ -64,7 +64,7 @@ pub struct EngineArgs {
     /// Quick size: 1M keys, 32 MiB budget (full: 10M keys, 256 MiB).
     #[arg(long)]
     pub quick: bool,
-    /// Workloads to run (E1..E7; default all).
+    /// Workloads to run (E1..E7, E9; default all).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Systems to run (default: every system compiled into this build).
@@ -91,6 +91,12 @@ pub struct EngineArgs {
     /// Override the number of E2 lookups.
     #[arg(long)]
     pub lookups: Option<u64>,
+    /// E9 thread counts (default 1,4,16).
+    #[arg(long, value_delimiter = ',')]
+    pub commit_threads: Vec<u32>,
+    /// E9 seconds of committing per thread count (default 10 full, 3 quick).
+    #[arg(long)]
+    pub commit_seconds: Option<f64>,
     /// Seed of the generated data.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -261,6 +267,12 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
     if let Some(l) = a.lookups {
         sizes.lookups = l;
     }
+    if !a.commit_threads.is_empty() {
+        sizes.commit_threads = a.commit_threads.iter().map(|&t| t.max(1)).collect();
+    }
+    if let Some(s) = a.commit_seconds {
+        sizes.commit_seconds = s.max(0.0);
+    }
     let systems = if a.systems.is_empty() {
         System::compiled()
     } else {
@@ -333,6 +345,12 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
         cfg.reps,
         cfg.seed
     );
+    if cfg.workloads.contains(&Workload::E9) {
+        println!(
+            "- E9: {} s of durable commits of {} rows per thread count, threads {:?}",
+            cfg.sizes.commit_seconds, cfg.sizes.commit_rows, cfg.sizes.commit_threads
+        );
+    }
     let cold = if drop_caches && procinfo::is_root() {
         "page cache dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before E2"
     } else {
