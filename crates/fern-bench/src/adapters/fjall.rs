@@ -7,14 +7,20 @@
 //! (pending deltas of the same batch are folded in memory, which is what a transaction that
 //! reads its own writes would see) and the new values are written in one batch. Range delete:
 //! fjall has none, so the keys of the range are removed in batches of 1000 while iterating.
+//! E9: every thread commits batches through clones of the database and keyspace handles, each
+//! batch persisted with `PersistMode::SyncAll` before the commit returns.
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use super::mib;
-use crate::engine::{decode_counter, Batch, Durability, Engine, EngineConfig, OpenMode, System};
+use crate::engine::{
+    decode_counter, Batch, Committer, Committers, Durability, Engine, EngineConfig, OpenMode,
+    System,
+};
 use crate::{BenchError, Result};
 
 fn err(e: fjall::Error) -> BenchError {
@@ -58,6 +64,31 @@ impl FjallEngine {
             Durability::PerBatch => Some(PersistMode::SyncAll),
         };
         b.durability(mode).commit().map_err(err)
+    }
+}
+
+/// E9: clones of the database and keyspace handles.
+#[derive(Clone)]
+struct FjallCommitter {
+    db: Database,
+    ks: Keyspace,
+}
+
+impl Committers for FjallCommitter {
+    fn committer(&self) -> Result<Box<dyn Committer>> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl Committer for FjallCommitter {
+    fn commit(&mut self, batch: &Batch) -> Result<()> {
+        let mut b = self.db.batch();
+        for (k, v) in batch.iter() {
+            b.insert(&self.ks, k, v);
+        }
+        b.durability(Some(PersistMode::SyncAll))
+            .commit()
+            .map_err(err)
     }
 }
 
@@ -132,6 +163,13 @@ impl Engine for FjallEngine {
 
     fn sync(&mut self) -> Result<()> {
         self.db.persist(PersistMode::SyncAll).map_err(err)
+    }
+
+    fn committers(&mut self) -> Option<Arc<dyn Committers>> {
+        Some(Arc::new(FjallCommitter {
+            db: self.db.clone(),
+            ks: self.ks.clone(),
+        }))
     }
 
     fn close(mut self: Box<Self>) -> Result<()> {

@@ -8,15 +8,21 @@
 //! `NO_SYNC` (commits are written, not fsynced) and `sync` calls `mdb_env_sync(force)`.
 //! Upserts are read-modify-write in the batch's write transaction. Range delete is heed's
 //! `delete_range` (a cursor walk deleting every key of the range) in one transaction.
+//! E9: every thread commits through a clone of the environment (opened without `NO_SYNC`, so
+//! each commit is fsynced); LMDB admits one write transaction at a time, so commits serialize.
 #![allow(unsafe_code)]
 
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
 
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, RoTxn, WithoutTls};
 
-use crate::engine::{decode_counter, Batch, Durability, Engine, EngineConfig, OpenMode, System};
+use crate::engine::{
+    decode_counter, Batch, Committer, Committers, Durability, Engine, EngineConfig, OpenMode,
+    System,
+};
 use crate::{BenchError, Result};
 
 /// Address space reserved for the map: 1 TiB, far above any workload here.
@@ -79,6 +85,29 @@ impl LmdbEngine {
             self.reader = Some(self.env.clone().static_read_txn().map_err(err)?);
         }
         Ok(self.reader.as_ref().expect("just set"))
+    }
+}
+
+/// E9: a clone of the environment and the database handle.
+#[derive(Clone)]
+struct LmdbCommitter {
+    env: Env<WithoutTls>,
+    db: Db,
+}
+
+impl Committers for LmdbCommitter {
+    fn committer(&self) -> Result<Box<dyn Committer>> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl Committer for LmdbCommitter {
+    fn commit(&mut self, batch: &Batch) -> Result<()> {
+        let mut w = self.env.write_txn().map_err(err)?;
+        for (k, v) in batch.iter() {
+            self.db.put(&mut w, k, v).map_err(err)?;
+        }
+        w.commit().map_err(err)
     }
 }
 
@@ -148,6 +177,14 @@ impl Engine for LmdbEngine {
 
     fn sync(&mut self) -> Result<()> {
         self.env.force_sync().map_err(err)
+    }
+
+    fn committers(&mut self) -> Option<Arc<dyn Committers>> {
+        self.reader = None;
+        Some(Arc::new(LmdbCommitter {
+            env: self.env.clone(),
+            db: self.db,
+        }))
     }
 
     fn close(self: Box<Self>) -> Result<()> {

@@ -4,16 +4,22 @@
 //! durability commits each batch with `Durability::None` and makes it durable with one
 //! `Durability::Immediate` commit at `sync`, as redb recommends for bulk loads. Upserts are
 //! read-modify-write in the batch's write transaction (reads see its own writes). Range delete
-//! is redb's `retain_in(lo..hi, |_, _| false)` in one transaction.
+//! is redb's `retain_in(lo..hi, |_, _| false)` in one transaction. E9: every thread commits
+//! through a shared `Arc<Database>` with `Durability::Immediate`; redb runs one write
+//! transaction at a time, so concurrent commits serialize (each pays its own fsync).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use redb::{
     Database, Durability as RedbDurability, ReadableDatabase, ReadableTable, TableDefinition,
 };
 
 use super::mib;
-use crate::engine::{decode_counter, Batch, Durability, Engine, EngineConfig, OpenMode, System};
+use crate::engine::{
+    decode_counter, Batch, Committer, Committers, Durability, Engine, EngineConfig, OpenMode,
+    System,
+};
 use crate::{BenchError, Result};
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
@@ -24,7 +30,7 @@ fn err(e: impl Into<redb::Error>) -> BenchError {
 
 /// redb engine under test.
 pub struct RedbEngine {
-    db: Database,
+    db: Arc<Database>,
     cfg: EngineConfig,
     // A read transaction kept across point lookups; dropped by every write.
     reader: Option<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>,
@@ -45,7 +51,7 @@ impl RedbEngine {
         w.open_table(TABLE).map_err(err)?;
         w.commit().map_err(err)?;
         Ok(RedbEngine {
-            db,
+            db: Arc::new(db),
             cfg: cfg.clone(),
             reader: None,
         })
@@ -68,6 +74,30 @@ impl RedbEngine {
             self.reader = Some(r.open_table(TABLE).map_err(err)?);
         }
         Ok(self.reader.as_ref().expect("just set"))
+    }
+}
+
+/// E9: a shared handle; each commit is its own `Durability::Immediate` write transaction.
+#[derive(Clone)]
+struct RedbCommitter(Arc<Database>);
+
+impl Committers for RedbCommitter {
+    fn committer(&self) -> Result<Box<dyn Committer>> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl Committer for RedbCommitter {
+    fn commit(&mut self, batch: &Batch) -> Result<()> {
+        let mut w = self.0.begin_write().map_err(err)?;
+        w.set_durability(RedbDurability::Immediate).map_err(err)?;
+        {
+            let mut t = w.open_table(TABLE).map_err(err)?;
+            for (k, v) in batch.iter() {
+                t.insert(k, v).map_err(err)?;
+            }
+        }
+        w.commit().map_err(err)
     }
 }
 
@@ -142,6 +172,11 @@ impl Engine for RedbEngine {
         self.reader = None;
         w.set_durability(RedbDurability::Immediate).map_err(err)?;
         w.commit().map_err(err)
+    }
+
+    fn committers(&mut self) -> Option<Arc<dyn Committers>> {
+        self.reader = None;
+        Some(Arc::new(RedbCommitter(self.db.clone())))
     }
 
     fn close(mut self: Box<Self>) -> Result<()> {

@@ -5,14 +5,20 @@
 //! the OS page cache is not used as a second, unbounded cache. Upserts are read-modify-write
 //! (`INSERT ... ON CONFLICT DO UPDATE SET v = v + ?` cannot add to an 8-byte LE blob, so we
 //! read, add and write inside the batch's transaction). Range delete is one
-//! `DELETE ... WHERE k >= ? AND k < ?` statement.
+//! `DELETE ... WHERE k >= ? AND k < ?` statement. E9: one connection per thread
+//! (`synchronous=FULL`, a busy timeout), each commit a `BEGIN IMMEDIATE` transaction; SQLite
+//! admits one writer at a time, so the commits serialize.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::mib;
-use crate::engine::{decode_counter, Batch, Durability, Engine, EngineConfig, OpenMode, System};
+use crate::engine::{
+    decode_counter, Batch, Committer, Committers, Durability, Engine, EngineConfig, OpenMode,
+    System,
+};
 use crate::{BenchError, Result};
 
 fn err(e: rusqlite::Error) -> BenchError {
@@ -23,6 +29,57 @@ fn err(e: rusqlite::Error) -> BenchError {
 pub struct SqliteEngine {
     conn: Connection,
     cfg: EngineConfig,
+    path: PathBuf,
+}
+
+fn configure(conn: &Connection, cfg: &EngineConfig) -> Result<()> {
+    let sync = match cfg.durability {
+        Durability::Deferred => "NORMAL",
+        Durability::PerBatch => "FULL",
+    };
+    // A negative cache_size is in KiB.
+    let kib = cfg.budget_bytes / 1024;
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA cache_size=-{kib}; \
+         PRAGMA mmap_size=0; PRAGMA temp_store=MEMORY;"
+    ))
+    .map_err(err)
+}
+
+/// E9: opens one connection per committing thread.
+struct SqliteCommitters {
+    path: PathBuf,
+    cfg: EngineConfig,
+}
+
+struct SqliteCommitter(Connection);
+
+impl Committers for SqliteCommitters {
+    fn committer(&self) -> Result<Box<dyn Committer>> {
+        let conn = Connection::open(&self.path).map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(60))
+            .map_err(err)?;
+        configure(&conn, &self.cfg)?;
+        Ok(Box::new(SqliteCommitter(conn)))
+    }
+}
+
+impl Committer for SqliteCommitter {
+    fn commit(&mut self, batch: &Batch) -> Result<()> {
+        let tx = self
+            .0
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        {
+            let mut st = tx
+                .prepare_cached("INSERT OR REPLACE INTO kv (k, v) VALUES (?1, ?2)")
+                .map_err(err)?;
+            for (k, v) in batch.iter() {
+                st.execute(params![k, v]).map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)
+    }
 }
 
 impl SqliteEngine {
@@ -33,17 +90,7 @@ impl SqliteEngine {
             return Err(BenchError::Usage(format!("{} exists", path.display())));
         }
         let conn = Connection::open(&path).map_err(err)?;
-        let sync = match cfg.durability {
-            Durability::Deferred => "NORMAL",
-            Durability::PerBatch => "FULL",
-        };
-        // A negative cache_size is in KiB.
-        let kib = cfg.budget_bytes / 1024;
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA cache_size=-{kib}; \
-             PRAGMA mmap_size=0; PRAGMA temp_store=MEMORY;"
-        ))
-        .map_err(err)?;
+        configure(&conn, cfg)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;",
         )
@@ -51,6 +98,7 @@ impl SqliteEngine {
         Ok(SqliteEngine {
             conn,
             cfg: cfg.clone(),
+            path,
         })
     }
 }
@@ -154,6 +202,13 @@ impl Engine for SqliteEngine {
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(err)
+    }
+
+    fn committers(&mut self) -> Option<Arc<dyn Committers>> {
+        Some(Arc::new(SqliteCommitters {
+            path: self.path.clone(),
+            cfg: self.cfg.clone(),
+        }))
     }
 
     fn close(mut self: Box<Self>) -> Result<()> {
