@@ -286,11 +286,11 @@ impl TreeStore {
 
     /// Makes every write that returned so far durable.
     ///
-    /// Today this is a checkpoint; once fern-tree has its write-ahead log it becomes a log
-    /// sync (`Env::sync`), and sync writes become `Env::write_with(batch, Durability::Sync)`.
-    /// This function is the only place that knows.
+    /// A sync of the engine's write-ahead log: everything written before the call is durable
+    /// when it returns (concurrent callers share one fsync through group commit). Checkpoints
+    /// stay the engine's business. This function is the only place that knows.
     fn make_durable(&self) -> KvResult<()> {
-        self.env.checkpoint().map_err(map_error)
+        self.env.sync().map_err(map_error)
     }
 
     fn read_scan(
