@@ -250,11 +250,19 @@ fn one_task_reports_only_what_was_asked_and_catches_nothing_wrong() {
 fn unknown_and_future_names_are_refused_with_a_hint() {
     assert!(FsWorkload::parse_list("F7").is_err());
     assert_eq!(FsWorkload::parse_list("f9").unwrap().len(), 3);
-    assert!(FsSystem::parse("xfs")
+    assert_eq!(FsSystem::parse("xfs").unwrap(), FsSystem::Xfs);
+    assert_eq!(FsSystem::parse(" null-fuse ").unwrap(), FsSystem::NullFuse);
+    assert!(FsSystem::parse("nope")
         .unwrap_err()
         .to_string()
-        .contains("not implemented yet"));
-    assert!(FsSystem::parse("nope").is_err());
+        .contains("fernfs-fuse"));
+    // Ratios are to the best kernel file system: exactly ext4, xfs and btrfs are kernel ones.
+    let kernel: Vec<&str> = FsSystem::ALL
+        .iter()
+        .filter(|s| s.is_kernel())
+        .map(|s| s.name())
+        .collect();
+    assert_eq!(kernel, ["ext4", "xfs", "btrfs"]);
 }
 
 /// fernfs-lib with two planted faults: the content of every file named "f3" reads wrong, and

@@ -15,7 +15,9 @@
 //!   child processes (pinned with `taskset -c 0` when available), medians, leftover cleanup.
 //! - [`report`]: the markdown table with ratios to the best kernel file system.
 
+pub mod fuse_mount;
 pub mod lib_target;
+pub mod null_fuse;
 pub mod posix;
 pub mod report;
 pub mod runner;

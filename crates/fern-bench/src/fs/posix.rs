@@ -61,8 +61,13 @@ pub fn loop_mount_unavailable(fstype: &str) -> Option<String> {
     let mkfs = format!("mkfs.{fstype}");
     for tool in ["losetup", "mount", "umount", mkfs.as_str()] {
         if !on_path(tool) {
+            let pkg = match fstype {
+                "xfs" => "xfsprogs",
+                "btrfs" => "btrfs-progs",
+                _ => "util-linux / e2fsprogs",
+            };
             return Some(format!(
-                "{fstype} skipped: `{tool}` not found (install util-linux / e2fsprogs)"
+                "{fstype} skipped: `{tool}` not found (apt-get install {pkg})"
             ));
         }
     }
@@ -106,10 +111,10 @@ impl LoopMount {
         let dev = run("losetup", &["--direct-io=on", "-f", "--show", &img])?;
         m.dev = Some(dev.clone());
         let mkfs = format!("mkfs.{fstype}");
-        let quiet: &[&str] = if fstype.starts_with("ext") {
-            &["-q"]
-        } else {
-            &[]
+        // Default options, quiet; the image is fresh (sparse zeros), so no `-f` is needed.
+        let quiet: &[&str] = match fstype {
+            f if f.starts_with("ext") || f == "xfs" || f == "btrfs" => &["-q"],
+            _ => &[],
         };
         let mut args: Vec<&str> = quiet.to_vec();
         args.push(&dev);
@@ -271,14 +276,52 @@ pub fn sweep_stale_runs(tmp: &Path) -> Vec<String> {
     done
 }
 
+/// A mount the harness made and must undo: a loop-mounted kernel file system or a FUSE daemon.
+pub trait MountGuard: Send + Sync {
+    /// Where it is mounted.
+    fn mountpoint(&self) -> &Path;
+    /// Unmounts and mounts again (cold metadata and data in the file system itself).
+    fn remount(&mut self) -> Result<()>;
+    /// Unmounts and releases everything it made; reports the first failure.
+    fn teardown(&mut self) -> Result<()>;
+}
+
+impl MountGuard for LoopMount {
+    fn mountpoint(&self) -> &Path {
+        LoopMount::mountpoint(self)
+    }
+
+    fn remount(&mut self) -> Result<()> {
+        LoopMount::remount(self)
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        LoopMount::teardown(self)
+    }
+}
+
+/// How [`FsTarget::sync`] makes everything durable on a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncBy {
+    /// syncfs(2) on the mount.
+    Syncfs,
+    /// fsync(2) of the root directory. The kernel sends no request for syncfs(2) on a
+    /// /dev/fuse mount (FUSE_SYNCFS is virtiofs-only), so on FUSE syncfs would time nothing;
+    /// fsync of a directory is FUSE_FSYNCDIR, which fern-fs answers by making the whole store
+    /// durable (one ordered log).
+    FsyncRoot,
+}
+
 /// A mounted file system driven through syscalls.
 pub struct PosixTarget {
     system: &'static str,
     root: PathBuf,
-    mount: Option<LoopMount>,
+    mount: Option<Box<dyn MountGuard>>,
     files: Mutex<HashMap<u64, File>>,
     next: AtomicU64,
     about: String,
+    sync_by: SyncBy,
+    keeps_data: bool,
 }
 
 impl PosixTarget {
@@ -296,14 +339,34 @@ impl PosixTarget {
             size >> 30,
             m.device().unwrap_or("?")
         );
-        Ok(PosixTarget {
+        Ok(PosixTarget::on_mount(
             system,
-            root: m.mountpoint().to_path_buf(),
-            mount: Some(m),
+            Box::new(m),
+            about,
+            SyncBy::Syncfs,
+            true,
+        ))
+    }
+
+    /// Syscalls on a mount made by someone else's guard (`keeps_data` false: reads are not
+    /// expected to return what was written, so content checks are skipped).
+    pub fn on_mount(
+        system: &'static str,
+        mount: Box<dyn MountGuard>,
+        about: String,
+        sync_by: SyncBy,
+        keeps_data: bool,
+    ) -> PosixTarget {
+        PosixTarget {
+            system,
+            root: mount.mountpoint().to_path_buf(),
+            mount: Some(mount),
             files: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             about,
-        })
+            sync_by,
+            keeps_data,
+        }
     }
 
     fn p(&self, path: &str) -> PathBuf {
@@ -473,9 +536,16 @@ impl FsTarget for PosixTarget {
             .ok_or_else(|| self.err("close", &format!("fd {}", f.0), "not open"))
     }
 
+    fn keeps_data(&self) -> bool {
+        self.keeps_data
+    }
+
     fn sync(&self) -> Result<()> {
         let root = self.root.display().to_string();
         let d = File::open(&self.root).map_err(|e| self.err("syncfs", &root, e))?;
+        if self.sync_by == SyncBy::FsyncRoot {
+            return d.sync_all().map_err(|e| self.err("fsync", &root, e));
+        }
         use std::os::fd::AsRawFd;
         // SAFETY: syncfs takes a file descriptor we own for the duration of the call.
         let rc = unsafe { libc::syncfs(d.as_raw_fd()) };

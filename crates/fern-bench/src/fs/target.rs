@@ -72,6 +72,11 @@ pub trait FsTarget: Sync {
     fn fsync(&self, f: FileId) -> Result<()>;
     /// close(2).
     fn close(&self, f: FileId) -> Result<()>;
+    /// Whether reads return what was written (false only for the null FUSE file system, which
+    /// stores no data: the workloads then skip content checks instead of counting them wrong).
+    fn keeps_data(&self) -> bool {
+        true
+    }
     /// syncfs(2): everything written so far becomes durable.
     fn sync(&self) -> Result<()>;
     /// Makes the next reads cold: unmount and mount again (close and reopen the image), then
@@ -92,41 +97,73 @@ pub fn op_err(system: &'static str, op: &str, path: &str, e: impl fmt::Display) 
 pub enum FsSystem {
     /// fern-fs's path library API on a fern-kv-tree image, no FUSE.
     FernfsLib,
+    /// The real FUSE mount made by the `fernfs` binary (`fernfs mkfs` + `fernfs mount`),
+    /// through syscalls.
+    FernfsFuse,
+    /// A FUSE file system that answers every request and stores no data: the FUSE-path limit.
+    NullFuse,
     /// ext4 on a fresh loop-mounted image, through syscalls.
     Ext4,
+    /// XFS on a fresh loop-mounted image, through syscalls.
+    Xfs,
+    /// Btrfs on a fresh loop-mounted image, through syscalls.
+    Btrfs,
 }
 
 impl FsSystem {
     /// Every system, in report order.
-    pub const ALL: [FsSystem; 2] = [FsSystem::FernfsLib, FsSystem::Ext4];
+    pub const ALL: [FsSystem; 6] = [
+        FsSystem::FernfsLib,
+        FsSystem::FernfsFuse,
+        FsSystem::NullFuse,
+        FsSystem::Ext4,
+        FsSystem::Xfs,
+        FsSystem::Btrfs,
+    ];
 
     /// Name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             FsSystem::FernfsLib => "fernfs-lib",
+            FsSystem::FernfsFuse => "fernfs-fuse",
+            FsSystem::NullFuse => "null-fuse",
             FsSystem::Ext4 => "ext4",
+            FsSystem::Xfs => "xfs",
+            FsSystem::Btrfs => "btrfs",
         }
     }
 
     /// Whether this is a kernel file system (the ratios are to the best of these).
     pub fn is_kernel(self) -> bool {
-        matches!(self, FsSystem::Ext4)
+        self.mkfs_type().is_some()
     }
 
-    /// Parses a system name; the future systems of issue 6 get a clear "not yet".
+    /// The `mkfs.TYPE` / `mount -t TYPE` of a kernel file system.
+    pub fn mkfs_type(self) -> Option<&'static str> {
+        match self {
+            FsSystem::Ext4 => Some("ext4"),
+            FsSystem::Xfs => Some("xfs"),
+            FsSystem::Btrfs => Some("btrfs"),
+            _ => None,
+        }
+    }
+
+    /// Whether the system goes through a FUSE mount.
+    pub fn is_fuse(self) -> bool {
+        matches!(self, FsSystem::FernfsFuse | FsSystem::NullFuse)
+    }
+
+    /// Parses a system name.
     pub fn parse(name: &str) -> Result<FsSystem> {
         let t = name.trim();
         if let Some(s) = Self::ALL.into_iter().find(|s| s.name() == t) {
             return Ok(s);
         }
         let known: Vec<&str> = Self::ALL.iter().map(|s| s.name()).collect();
-        Err(BenchError::Usage(match t {
-            "fernfs-fuse" | "xfs" | "btrfs" | "null-fuse" => format!(
-                "{t} is not implemented yet in `bench fs` (available: {})",
-                known.join(", ")
-            ),
-            _ => format!("unknown system {name:?}; known: {}", known.join(", ")),
-        }))
+        Err(BenchError::Usage(format!(
+            "unknown system {name:?}; known: {}",
+            known.join(", ")
+        )))
     }
 
     /// Whether a name is a kernel file system's.

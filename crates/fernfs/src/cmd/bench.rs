@@ -45,6 +45,16 @@ pub enum BenchCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Serves the null FUSE file system (the FUSE-path limit of `bench fs`) on MOUNTPOINT
+    /// until it is unmounted (internal: `bench fs` starts it as the `null-fuse` system).
+    #[command(hide = true)]
+    NullFuse {
+        /// Where to mount it.
+        mountpoint: PathBuf,
+        /// Namespace kept between mounts (read at start if present, written at unmount).
+        #[arg(long)]
+        state: PathBuf,
+    },
     /// Runs one task of `bench engine` in this process (internal: the parent re-executes
     /// itself so each engine's peak RSS is its own).
     #[command(hide = true)]
@@ -115,6 +125,9 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         BenchCommand::EngineTask { spec, out } => runner::child_main(&spec, &out),
         BenchCommand::Fs(f) => fs_bench(f),
         BenchCommand::FsTask { spec, out } => fern_bench::fs::runner::child_main(&spec, &out),
+        BenchCommand::NullFuse { mountpoint, state } => {
+            fern_bench::fs::null_fuse::serve(&mountpoint, &state)
+        }
     }
 }
 
@@ -124,7 +137,8 @@ pub struct FsArgs {
     /// Quick sizes of WORKLOADS.md (20k files, 256 MiB files, 10k-file rename, 1 repetition).
     #[arg(long)]
     pub quick: bool,
-    /// Systems (fernfs-lib, ext4); ext4 is skipped with a message if it cannot be mounted.
+    /// Systems (fernfs-lib, fernfs-fuse, null-fuse, ext4, xfs, btrfs); a system that cannot
+    /// be mounted here (not root, no mkfs tool, no /dev/fuse) is skipped with a message.
     #[arg(long, value_delimiter = ',', default_value = "fernfs-lib,ext4")]
     pub systems: Vec<String>,
     /// Workloads (F1,F2,F4,F5,F6,F9a,F9b,F9c,F10; F9 = all three; default all).
@@ -196,8 +210,15 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
     let mut skipped = Vec::new();
     for s in &a.systems {
         let sys = FsSystem::parse(s)?;
-        if sys == FsSystem::Ext4 {
-            if let Some(why) = fs::posix::loop_mount_unavailable("ext4") {
+        if let Some(fstype) = sys.mkfs_type() {
+            if let Some(why) = fs::posix::loop_mount_unavailable(fstype) {
+                eprintln!("{why}");
+                skipped.push(why);
+                continue;
+            }
+        }
+        if sys.is_fuse() {
+            if let Some(why) = fs::fuse_mount::fuse_unavailable(sys.name()) {
                 eprintln!("{why}");
                 skipped.push(why);
                 continue;

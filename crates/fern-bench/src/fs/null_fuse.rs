@@ -1,0 +1,853 @@
+//! `null-fuse`: the FUSE-path limit of WORKLOADS.md — a FUSE file system that answers every
+//! request and stores no data, so whatever time a workload takes on it is the kernel's FUSE
+//! path, the round trips and fuser, nothing else.
+//!
+//! What it keeps, and why: the namespace (names, inode numbers, kinds) and the attributes
+//! (mode, size, times, owner) in one in-memory map. Without them it could not answer
+//! correctly at all — `open(O_CREAT|O_EXCL)` and `mkdir` need a negative lookup for a new name
+//! and a positive one afterwards, and the kernel revalidates cached entries after their TTL.
+//! What it does not keep: file data (writes are acknowledged and dropped, reads return zeros
+//! up to the file size), anything durable (fsync and fsyncdir answer at once), xattrs.
+//!
+//! Honesty: it is mounted with fern-fuse's own [`fern_fuse::MountOptions`] defaults (mount
+//! options, request threads, cloned descriptors, entry/attr TTLs, max_write), asks for the same
+//! init capabilities (parallel dirops, readdirplus auto, atomic O_TRUNC, cached symlinks) and
+//! opens files with the same flags (KEEP_CACHE, NOFLUSH) as the fernfs adapter, so the kernel
+//! caches exactly as much for it as for a fernfs mount.
+//!
+//! Between mounts (a benchmark's cold phase) the namespace is written to a state file at
+//! unmount and read back at mount, outside every timed region: it plays the part of the disk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::{BenchError, Result};
+
+/// The open flags of fern-fuse's adapter (see its `OPEN_FLAGS`).
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+/// Entries per readdir / readdirplus request, as fern-fuse asks of fern-fs.
+const READDIR_BATCH: usize = 128;
+const READDIRPLUS_BATCH: usize = 32;
+const ROOT: u64 = 1;
+
+/// One inode: attributes only.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Node {
+    dir: bool,
+    symlink: Option<Vec<u8>>,
+    perm: u16,
+    size: u64,
+    uid: u32,
+    gid: u32,
+    nlink: u32,
+    /// (seconds, nanoseconds) since the epoch.
+    atime: (u64, u32),
+    mtime: (u64, u32),
+    ctime: (u64, u32),
+    parent: u64,
+    /// Directory entries (directories only), sorted so readdir offsets are stable.
+    #[serde(skip)]
+    children: BTreeMap<Vec<u8>, u64>,
+}
+
+/// The namespace, as saved between mounts: every inode and every (parent, name, inode).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Saved {
+    next: u64,
+    nodes: Vec<(u64, Node)>,
+    entries: Vec<(u64, Vec<u8>, u64)>,
+}
+
+#[derive(Debug)]
+struct State {
+    next: u64,
+    nodes: HashMap<u64, Node>,
+}
+
+fn now() -> (u64, u32) {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs(), d.subsec_nanos())
+}
+
+fn to_time(t: (u64, u32)) -> SystemTime {
+    UNIX_EPOCH + Duration::new(t.0, t.1)
+}
+
+fn from_time(t: SystemTime) -> (u64, u32) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs(), d.subsec_nanos())
+}
+
+impl State {
+    fn new() -> State {
+        let mut nodes = HashMap::new();
+        nodes.insert(ROOT, Node::new(true, 0o755, ROOT, 0, 0));
+        State {
+            next: ROOT + 1,
+            nodes,
+        }
+    }
+
+    fn load(path: &Path) -> Result<State> {
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(State::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let saved: Saved = serde_json::from_slice(&text)?;
+        let mut nodes: HashMap<u64, Node> = saved.nodes.into_iter().collect();
+        for (parent, name, ino) in saved.entries {
+            let p = nodes.get_mut(&parent).ok_or_else(|| {
+                BenchError::Usage(format!("null-fuse state {}: bad entry", path.display()))
+            })?;
+            p.children.insert(name, ino);
+        }
+        if !nodes.contains_key(&ROOT) {
+            return Err(BenchError::Usage(format!(
+                "null-fuse state {}: no root",
+                path.display()
+            )));
+        }
+        Ok(State {
+            next: saved.next.max(ROOT + 1),
+            nodes,
+        })
+    }
+
+    fn save(&self, path: &Path) -> Result<()> {
+        let mut saved = Saved {
+            next: self.next,
+            ..Saved::default()
+        };
+        for (&ino, n) in &self.nodes {
+            for (name, &child) in &n.children {
+                saved.entries.push((ino, name.clone(), child));
+            }
+            saved.nodes.push((ino, n.clone()));
+        }
+        std::fs::write(path, serde_json::to_vec(&saved)?)?;
+        Ok(())
+    }
+
+    fn attr(&self, ino: u64) -> Option<FileAttr> {
+        let n = self.nodes.get(&ino)?;
+        let kind = if n.dir {
+            FileType::Directory
+        } else if n.symlink.is_some() {
+            FileType::Symlink
+        } else {
+            FileType::RegularFile
+        };
+        Some(FileAttr {
+            ino: INodeNo(ino),
+            size: n.size,
+            blocks: 0,
+            atime: to_time(n.atime),
+            mtime: to_time(n.mtime),
+            ctime: to_time(n.ctime),
+            crtime: to_time(n.ctime),
+            kind,
+            perm: n.perm,
+            nlink: n.nlink,
+            uid: n.uid,
+            gid: n.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        })
+    }
+
+    fn child(&self, parent: u64, name: &[u8]) -> std::result::Result<u64, Errno> {
+        let p = self.nodes.get(&parent).ok_or(Errno::ENOENT)?;
+        if !p.dir {
+            return Err(Errno::ENOTDIR);
+        }
+        p.children.get(name).copied().ok_or(Errno::ENOENT)
+    }
+
+    fn add(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        node: Node,
+    ) -> std::result::Result<FileAttr, Errno> {
+        let ino = self.next;
+        let p = self.nodes.get_mut(&parent).ok_or(Errno::ENOENT)?;
+        if !p.dir {
+            return Err(Errno::ENOTDIR);
+        }
+        if p.children.contains_key(name) {
+            return Err(Errno::EEXIST);
+        }
+        p.children.insert(name.to_vec(), ino);
+        let t = now();
+        p.mtime = t;
+        p.ctime = t;
+        if node.dir {
+            p.nlink += 1;
+        }
+        self.next += 1;
+        self.nodes.insert(ino, node);
+        self.attr(ino).ok_or(Errno::EIO)
+    }
+
+    fn remove(&mut self, parent: u64, name: &[u8], dir: bool) -> std::result::Result<(), Errno> {
+        let ino = self.child(parent, name)?;
+        let n = self.nodes.get(&ino).ok_or(Errno::EIO)?;
+        match (dir, n.dir) {
+            (true, false) => return Err(Errno::ENOTDIR),
+            (false, true) => return Err(Errno::EISDIR),
+            (true, true) if !n.children.is_empty() => return Err(Errno::ENOTEMPTY),
+            _ => {}
+        }
+        self.nodes.remove(&ino);
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            p.children.remove(name);
+            let t = now();
+            p.mtime = t;
+            p.ctime = t;
+            if dir {
+                p.nlink = p.nlink.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Node {
+    fn new(dir: bool, perm: u16, parent: u64, uid: u32, gid: u32) -> Node {
+        let t = now();
+        Node {
+            dir,
+            symlink: None,
+            perm,
+            size: 0,
+            uid,
+            gid,
+            nlink: if dir { 2 } else { 1 },
+            atime: t,
+            mtime: t,
+            ctime: t,
+            parent,
+            children: BTreeMap::new(),
+        }
+    }
+}
+
+/// The null FUSE file system of one mount.
+pub struct NullFs {
+    state: Arc<Mutex<State>>,
+    entry_ttl: Duration,
+    attr_ttl: Duration,
+    max_write: u32,
+}
+
+const GEN: Generation = Generation(0);
+
+fn bytes(n: &OsStr) -> &[u8] {
+    n.as_bytes()
+}
+
+impl Filesystem for NullFs {
+    /// The same capabilities fern-fuse's adapter asks for (without writeback cache, its
+    /// default), each only if the kernel offers it.
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        if let Err(nearest) = config.set_max_write(self.max_write) {
+            let _ = config.set_max_write(nearest);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let s = self.state.lock();
+        match s.child(parent.0, bytes(n)).map(|i| s.attr(i)) {
+            Ok(Some(a)) => reply.entry(&self.entry_ttl, &a, GEN),
+            Ok(None) => reply.error(Errno::EIO),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.state.lock().attr(i.0) {
+            Some(a) => reply.attr(&self.attr_ttl, &a),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut s = self.state.lock();
+        let Some(n) = s.nodes.get_mut(&i.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let t = |x: TimeOrNow| match x {
+            TimeOrNow::Now => now(),
+            TimeOrNow::SpecificTime(t) => from_time(t),
+        };
+        if let Some(m) = mode {
+            n.perm = (m & 0o7777) as u16;
+        }
+        if let Some(u) = uid {
+            n.uid = u;
+        }
+        if let Some(g) = gid {
+            n.gid = g;
+        }
+        if let Some(sz) = size {
+            n.size = sz;
+        }
+        if let Some(a) = atime {
+            n.atime = t(a);
+        }
+        if let Some(m) = mtime {
+            n.mtime = t(m);
+        }
+        n.ctime = now();
+        match s.attr(i.0) {
+            Some(a) => reply.attr(&self.attr_ttl, &a),
+            None => reply.error(Errno::EIO),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        match self
+            .state
+            .lock()
+            .nodes
+            .get(&i.0)
+            .and_then(|n| n.symlink.clone())
+        {
+            Some(t) => reply.data(&t),
+            None => reply.error(Errno::EINVAL),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let node = Node::new(
+            false,
+            (mode & 0o7777) as u16,
+            parent.0,
+            req.uid(),
+            req.gid(),
+        );
+        match self.state.lock().add(parent.0, bytes(n), node) {
+            Ok(a) => reply.entry(&self.entry_ttl, &a, GEN),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let node = Node::new(true, (mode & 0o7777) as u16, parent.0, req.uid(), req.gid());
+        match self.state.lock().add(parent.0, bytes(n), node) {
+            Ok(a) => reply.entry(&self.entry_ttl, &a, GEN),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match self.state.lock().remove(parent.0, bytes(n), false) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match self.state.lock().remove(parent.0, bytes(n), true) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let mut node = Node::new(false, 0o777, parent.0, req.uid(), req.gid());
+        node.symlink = Some(target.as_os_str().as_bytes().to_vec());
+        node.size = target.as_os_str().len() as u64;
+        match self.state.lock().add(parent.0, bytes(link_name), node) {
+            Ok(a) => reply.entry(&self.entry_ttl, &a, GEN),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Moves the entry (replacing a file, or an empty directory, at the new name).
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mut s = self.state.lock();
+        let r = (|| {
+            let ino = s.child(parent.0, bytes(n))?;
+            let is_dir = s.nodes.get(&ino).map(|x| x.dir).unwrap_or(false);
+            match s.child(newparent.0, bytes(newname)) {
+                Ok(old) if old == ino => return Ok(()),
+                Ok(old) => {
+                    let old_dir = s.nodes.get(&old).map(|x| x.dir).unwrap_or(false);
+                    s.remove(newparent.0, bytes(newname), old_dir)?;
+                }
+                Err(e) if e == Errno::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+            if !s.nodes.get(&newparent.0).map(|p| p.dir).unwrap_or(false) {
+                return Err(Errno::ENOTDIR);
+            }
+            let t = now();
+            if let Some(p) = s.nodes.get_mut(&parent.0) {
+                p.children.remove(bytes(n));
+                p.mtime = t;
+                if is_dir {
+                    p.nlink = p.nlink.saturating_sub(1);
+                }
+            }
+            if let Some(p) = s.nodes.get_mut(&newparent.0) {
+                p.children.insert(bytes(newname).to_vec(), ino);
+                p.mtime = t;
+                if is_dir {
+                    p.nlink += 1;
+                }
+            }
+            if let Some(x) = s.nodes.get_mut(&ino) {
+                x.parent = newparent.0;
+                x.ctime = t;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _i: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        // Hard links need a link count per name; no workload makes one.
+        reply.error(Errno::EPERM);
+    }
+
+    fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let mut s = self.state.lock();
+        match s.nodes.get_mut(&i.0) {
+            Some(n) => {
+                // ATOMIC_O_TRUNC: the truncation arrives with the open.
+                if flags.0 & libc::O_TRUNC != 0 {
+                    n.size = 0;
+                }
+                reply.opened(FileHandle(0), OPEN_FLAGS)
+            }
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    /// Zeros up to the file size: no data is kept.
+    fn read(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let len = match self.state.lock().nodes.get(&i.0) {
+            Some(n) => n.size.saturating_sub(offset).min(u64::from(size)) as usize,
+            None => return reply.error(Errno::ENOENT),
+        };
+        reply.data(&vec![0u8; len]);
+    }
+
+    /// Acknowledged and dropped; only the size moves.
+    fn write(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let mut s = self.state.lock();
+        match s.nodes.get_mut(&i.0) {
+            Some(n) => {
+                n.size = n.size.max(offset + data.len() as u64);
+                n.mtime = now();
+                reply.written(data.len() as u32)
+            }
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _i: INodeNo, _fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.state.lock().nodes.get(&i.0) {
+            Some(n) if n.dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Some(_) => reply.error(Errno::ENOTDIR),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    /// Offsets 1 and 2 are `.` and `..`, then entry k (in name order) has offset k + 3, as
+    /// fern-fuse numbers them.
+    fn readdir(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let s = self.state.lock();
+        let Some(d) = s.nodes.get(&i.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        if offset < 1 && reply.add(i, 1, FileType::Directory, ".") {
+            return reply.ok();
+        }
+        if offset < 2 && reply.add(INodeNo(d.parent), 2, FileType::Directory, "..") {
+            return reply.ok();
+        }
+        let skip = offset.saturating_sub(2) as usize;
+        for (k, (name, &ino)) in d.children.iter().enumerate().skip(skip).take(READDIR_BATCH) {
+            let kind = match s.nodes.get(&ino) {
+                Some(n) if n.dir => FileType::Directory,
+                Some(n) if n.symlink.is_some() => FileType::Symlink,
+                _ => FileType::RegularFile,
+            };
+            if reply.add(INodeNo(ino), k as u64 + 3, kind, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let s = self.state.lock();
+        let Some(d) = s.nodes.get(&i.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        for (off, n, ino) in [(1u64, ".", i.0), (2, "..", d.parent)] {
+            if offset >= off {
+                continue;
+            }
+            let Some(a) = s.attr(ino) else {
+                return reply.error(Errno::EIO);
+            };
+            if reply.add(INodeNo(ino), off, n, &self.entry_ttl, &a, GEN) {
+                return reply.ok();
+            }
+        }
+        let skip = offset.saturating_sub(2) as usize;
+        for (k, (name, &ino)) in d
+            .children
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .take(READDIRPLUS_BATCH)
+        {
+            let Some(a) = s.attr(ino) else { continue };
+            let n = OsStr::from_bytes(name);
+            if reply.add(INodeNo(ino), k as u64 + 3, n, &self.entry_ttl, &a, GEN) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _i: INodeNo, _fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let files = self.state.lock().nodes.len() as u64;
+        reply.statfs(1 << 30, 1 << 30, 1 << 30, files, 1 << 30, 4096, 255, 4096);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _i: INodeNo,
+        _n: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn getxattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::NO_XATTR);
+    }
+
+    fn listxattr(&self, _req: &Request, _i: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0)
+        } else {
+            reply.data(&[])
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::NO_XATTR);
+    }
+
+    fn access(&self, _req: &Request, _i: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let node = Node::new(
+            false,
+            (mode & 0o7777) as u16,
+            parent.0,
+            req.uid(),
+            req.gid(),
+        );
+        match self.state.lock().add(parent.0, bytes(n), node) {
+            Ok(a) => reply.created(&self.entry_ttl, &a, GEN, FileHandle(0), OPEN_FLAGS),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let mut s = self.state.lock();
+        match s.nodes.get_mut(&i.0) {
+            Some(n) => {
+                if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+                    n.size = n.size.max(offset + length);
+                }
+                reply.ok()
+            }
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+}
+
+/// Runs the null file system on `mountpoint` until it is unmounted: loads the namespace from
+/// `state` (if present), prints `ready` on stdout once mounted (the readiness protocol of
+/// `fernfs mount -f`), and saves the namespace back to `state` when the session ends.
+pub fn serve(mountpoint: &Path, state_file: &Path) -> Result<()> {
+    let state = Arc::new(Mutex::new(State::load(state_file)?));
+    let opts = fern_fuse::MountOptions {
+        fsname: "null-fuse".into(),
+        ..Default::default()
+    };
+    let mut config = opts.fuser_config();
+    // fern-fuse's config names the subtype "fernfs"; only the label differs here.
+    for o in &mut config.mount_options {
+        if let fuser::MountOption::Subtype(s) = o {
+            *s = "null".into();
+        }
+    }
+    let fs = NullFs {
+        state: state.clone(),
+        entry_ttl: opts.entry_ttl,
+        attr_ttl: opts.attr_ttl,
+        max_write: opts.max_write,
+    };
+    let session = Session::new(fs, mountpoint, &config)
+        .map_err(|e| BenchError::Usage(format!("mount {}: {e}", mountpoint.display())))?;
+    {
+        let mut out = io::stdout();
+        let _ = writeln!(out, "ready");
+        let _ = out.flush();
+    }
+    let run = session.run();
+    state.lock().save(state_file)?;
+    run.map_err(|e| BenchError::Usage(format!("null-fuse session: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> Node {
+        Node::new(false, 0o644, ROOT, 0, 0)
+    }
+
+    #[test]
+    fn names_resolve_after_creation_and_refuse_duplicates() {
+        let mut s = State::new();
+        assert_eq!(s.child(ROOT, b"d"), Err(Errno::ENOENT));
+        let d = s
+            .add(ROOT, b"d", Node::new(true, 0o755, ROOT, 0, 0))
+            .unwrap();
+        let f = s.add(d.ino.0, b"f", file()).unwrap();
+        assert_eq!(s.child(d.ino.0, b"f"), Ok(f.ino.0));
+        assert_eq!(s.add(d.ino.0, b"f", file()).unwrap_err(), Errno::EEXIST);
+        assert_eq!(s.add(f.ino.0, b"x", file()).unwrap_err(), Errno::ENOTDIR);
+        assert_eq!(s.attr(ROOT).unwrap().nlink, 3);
+        assert_eq!(s.remove(ROOT, b"d", true), Err(Errno::ENOTEMPTY));
+        assert_eq!(s.remove(d.ino.0, b"f", true), Err(Errno::ENOTDIR));
+        s.remove(d.ino.0, b"f", false).unwrap();
+        s.remove(ROOT, b"d", true).unwrap();
+        assert_eq!(s.child(ROOT, b"d"), Err(Errno::ENOENT));
+        assert_eq!(s.nodes.len(), 1);
+    }
+
+    #[test]
+    fn the_namespace_survives_save_and_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state");
+        let mut s = State::new();
+        let d = s
+            .add(ROOT, b"d", Node::new(true, 0o700, ROOT, 0, 0))
+            .unwrap();
+        let mut big = file();
+        big.size = 12345;
+        let f = s.add(d.ino.0, b"big", big).unwrap();
+        s.save(&path).unwrap();
+        let t = State::load(&path).unwrap();
+        assert_eq!(t.child(ROOT, b"d"), Ok(d.ino.0));
+        assert_eq!(t.child(d.ino.0, b"big"), Ok(f.ino.0));
+        assert_eq!(t.attr(f.ino.0).unwrap().size, 12345);
+        assert_eq!(t.attr(d.ino.0).unwrap().perm, 0o700);
+        assert!(t.next > f.ino.0);
+        // A missing file is an empty file system; a corrupt one is an error, not a panic.
+        assert_eq!(
+            State::load(&dir.path().join("none")).unwrap().nodes.len(),
+            1
+        );
+        std::fs::write(&path, b"{not json").unwrap();
+        assert!(State::load(&path).is_err());
+    }
+}
