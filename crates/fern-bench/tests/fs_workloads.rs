@@ -33,6 +33,8 @@ fn tiny() -> FsSizes {
         rename_files: 300,
         unlink_bytes: 3 << 20,
         fern_cache_bytes: CACHE,
+        f7_file_bytes: 3 << 20,
+        f8_corpus_bytes: 1 << 20,
     }
 }
 
@@ -248,7 +250,11 @@ fn one_task_reports_only_what_was_asked_and_catches_nothing_wrong() {
 
 #[test]
 fn unknown_and_future_names_are_refused_with_a_hint() {
-    assert!(FsWorkload::parse_list("F7").is_err());
+    assert!(FsWorkload::parse_list("F11")
+        .unwrap_err()
+        .to_string()
+        .contains("not implemented yet"));
+    assert_eq!(FsWorkload::parse_list("f7").unwrap(), [FsWorkload::F7]);
     assert_eq!(FsWorkload::parse_list("f9").unwrap().len(), 3);
     assert_eq!(FsSystem::parse("xfs").unwrap(), FsSystem::Xfs);
     assert_eq!(FsSystem::parse(" null-fuse ").unwrap(), FsSystem::NullFuse);
@@ -340,6 +346,9 @@ impl FsTarget for Faulty {
     fn sync(&self) -> fern_bench::Result<()> {
         self.0.sync()
     }
+    fn space_used(&self) -> fern_bench::Result<Option<u64>> {
+        self.0.space_used()
+    }
     fn cold(&mut self, d: bool) -> fern_bench::Result<bool> {
         self.0.cold(d)
     }
@@ -376,6 +385,22 @@ fn wrong_answers_are_counted_not_hidden() {
     // F2: the hidden "f5" entries make the count wrong.
     let f2 = out.records.iter().find(|r| r.workload == "F2").unwrap();
     assert!(f2.errors > 0, "{f2:?}");
+    // F3: the scan reads wrong content ("f3") and misses files ("f5"); checked on its own so
+    // the missed files alone cannot be what is caught.
+    let out = run(
+        FsScenario::Tree { threads: 1 },
+        vec![FsWorkload::F1, FsWorkload::F3],
+    )
+    .unwrap();
+    let f3 = out.records.iter().find(|r| r.workload == "F3").unwrap();
+    assert!(f3.errors >= 2 * 300u64.div_ceil(8), "{f3:?}");
+    // F8: corpus files named "f3" read back wrong.
+    let out = run(FsScenario::Space, vec![FsWorkload::F8]).unwrap();
+    assert!(
+        !out.records.is_empty() && out.records.iter().all(|r| r.errors > 0),
+        "{:?}",
+        out.records
+    );
     // F4 and F9a: a listing that misses an entry is caught.
     let out = run(FsScenario::OneDir, vec![FsWorkload::F4]).unwrap();
     assert!(

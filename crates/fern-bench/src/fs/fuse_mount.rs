@@ -280,6 +280,14 @@ impl MountGuard for FuseMount {
         self.mount()
     }
 
+    /// fernfs: the image file's allocated blocks (the image is its device); null: nothing.
+    fn space_used(&self) -> Result<Option<u64>> {
+        match &self.daemon {
+            Daemon::Fernfs { image, .. } => Ok(Some(super::lib_target::image_blocks(image)?)),
+            Daemon::Null { .. } => Ok(None),
+        }
+    }
+
     fn teardown(&mut self) -> Result<()> {
         let r = self.umount();
         let _ = std::fs::remove_dir(&self.mountpoint);

@@ -312,6 +312,10 @@ impl FsTarget for LibTarget {
             .map_err(|e| op_err(SYSTEM, "syncfs", &self.image.display().to_string(), e))
     }
 
+    fn space_used(&self) -> Result<Option<u64>> {
+        Ok(Some(image_blocks(&self.image)?))
+    }
+
     fn cold(&mut self, drop_caches: bool) -> Result<bool> {
         self.unmount()?;
         let dropped = drop_caches && procinfo::drop_page_cache();
@@ -329,6 +333,28 @@ impl FsTarget for LibTarget {
         let _ = std::fs::remove_file(&self.image);
         r
     }
+}
+
+/// Allocated bytes (st_blocks × 512) of an image file and of any file beside it whose name
+/// starts with the image's name (a store's side files), as `du` counts them.
+pub fn image_blocks(image: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let name = image
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = image.parent().unwrap_or(Path::new("."));
+    let mut total = 0;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_name().to_string_lossy().starts_with(&name) {
+            let m = e.metadata()?;
+            if m.is_file() {
+                total += m.blocks() * 512;
+            }
+        }
+    }
+    Ok(total)
 }
 
 impl Drop for LibTarget {

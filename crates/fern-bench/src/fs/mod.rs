@@ -37,12 +37,18 @@ pub enum FsWorkload {
     F1,
     /// Cold recursive readdir + lstat of F1's tree.
     F2,
+    /// Cold scan of F1's tree reading every file's content (`grep -r`-like).
+    F3,
     /// One directory: N empty files created, then listed cold.
     F4,
     /// 575-byte non-overlapping writes at random offsets into one large file, then fsync.
     F5,
     /// 1000 random 4-byte writes into a file, then one fsync.
     F6,
+    /// Sequential write of one large file in 1 MiB writes + fsync; cold sequential read.
+    F7,
+    /// Space: a text-like corpus written as files; bytes used on the device vs gzip -5.
+    F8,
     /// Rename of a directory holding many files.
     F9a,
     /// rm -r of the F1 tree.
@@ -55,12 +61,15 @@ pub enum FsWorkload {
 
 impl FsWorkload {
     /// Every workload this harness runs, in report order.
-    pub const ALL: [FsWorkload; 9] = [
+    pub const ALL: [FsWorkload; 12] = [
         FsWorkload::F1,
         FsWorkload::F2,
+        FsWorkload::F3,
         FsWorkload::F4,
         FsWorkload::F5,
         FsWorkload::F6,
+        FsWorkload::F7,
+        FsWorkload::F8,
         FsWorkload::F9a,
         FsWorkload::F9b,
         FsWorkload::F9c,
@@ -72,9 +81,12 @@ impl FsWorkload {
         match self {
             FsWorkload::F1 => "F1",
             FsWorkload::F2 => "F2",
+            FsWorkload::F3 => "F3",
             FsWorkload::F4 => "F4",
             FsWorkload::F5 => "F5",
             FsWorkload::F6 => "F6",
+            FsWorkload::F7 => "F7",
+            FsWorkload::F8 => "F8",
             FsWorkload::F9a => "F9a",
             FsWorkload::F9b => "F9b",
             FsWorkload::F9c => "F9c",
@@ -96,7 +108,7 @@ impl FsWorkload {
         }
         let known: Vec<&str> = Self::ALL.iter().map(|w| w.name()).collect();
         Err(BenchError::Usage(match t.to_ascii_uppercase().as_str() {
-            "F3" | "F7" | "F8" | "F11" | "F12" => format!(
+            "F11" | "F12" => format!(
                 "{t} is not implemented yet in `bench fs` (implemented: {})",
                 known.join(", ")
             ),
@@ -136,6 +148,20 @@ pub struct FsSizes {
     pub unlink_bytes: u64,
     /// Node cache of fernfs-lib, bytes.
     pub fern_cache_bytes: u64,
+    /// Size of F7's sequentially written file, bytes.
+    #[serde(default = "default_f7")]
+    pub f7_file_bytes: u64,
+    /// Bytes of F8's text-like corpus.
+    #[serde(default = "default_f8")]
+    pub f8_corpus_bytes: u64,
+}
+
+fn default_f7() -> u64 {
+    256 << 20
+}
+
+fn default_f8() -> u64 {
+    64 << 20
 }
 
 impl FsSizes {
@@ -156,6 +182,8 @@ impl FsSizes {
             rename_files: 100_000,
             unlink_bytes: 4 << 30,
             fern_cache_bytes: 128 << 20,
+            f7_file_bytes: 4 << 30,
+            f8_corpus_bytes: 1 << 30,
         }
     }
 
@@ -170,6 +198,8 @@ impl FsSizes {
             f6_file_bytes: 128 << 20,
             rename_files: 10_000,
             unlink_bytes: 256 << 20,
+            f7_file_bytes: 256 << 20,
+            f8_corpus_bytes: 64 << 20,
             ..FsSizes::full()
         }
     }
@@ -179,6 +209,8 @@ impl FsSizes {
         self.f5_file_bytes
             .max(self.f6_file_bytes)
             .max(self.unlink_bytes)
+            .max(self.f7_file_bytes)
+            .max(self.f8_corpus_bytes)
     }
 
     /// Most files any workload creates.

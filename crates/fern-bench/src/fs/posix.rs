@@ -284,6 +284,8 @@ pub trait MountGuard: Send + Sync {
     fn remount(&mut self) -> Result<()>;
     /// Unmounts and releases everything it made; reports the first failure.
     fn teardown(&mut self) -> Result<()>;
+    /// Bytes used on the device (see [`FsTarget::space_used`]).
+    fn space_used(&self) -> Result<Option<u64>>;
 }
 
 impl MountGuard for LoopMount {
@@ -297,6 +299,20 @@ impl MountGuard for LoopMount {
 
     fn teardown(&mut self) -> Result<()> {
         LoopMount::teardown(self)
+    }
+
+    /// Used blocks as df(1) counts them: (f_blocks - f_bfree) × f_frsize.
+    fn space_used(&self) -> Result<Option<u64>> {
+        let c = cpath(&self.mountpoint)?;
+        // SAFETY: an all-zero statvfs is a valid value of a plain C struct.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a NUL-terminated path and `st` a statvfs, both live for the call.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(Some(
+            (st.f_blocks as u64 - st.f_bfree as u64) * st.f_frsize as u64,
+        ))
     }
 }
 
@@ -538,6 +554,13 @@ impl FsTarget for PosixTarget {
 
     fn keeps_data(&self) -> bool {
         self.keeps_data
+    }
+
+    fn space_used(&self) -> Result<Option<u64>> {
+        match &self.mount {
+            Some(m) => m.space_used(),
+            None => Ok(None),
+        }
     }
 
     fn sync(&self) -> Result<()> {

@@ -22,6 +22,9 @@ pub fn fmt_fs_value(v: f64, unit: &str) -> String {
     if unit == "seconds" {
         return format!("{v:.2} s");
     }
+    if unit == "bytes" {
+        return format!("{:.1} MiB", v / (1u64 << 20) as f64);
+    }
     fmt_value(v)
 }
 
@@ -46,7 +49,7 @@ pub fn markdown_table(records: &[Record], systems: &[String]) -> String {
         let _ = write!(s, " {sys} |");
     }
     for o in &others {
-        let _ = write!(s, " {o} speedup vs best kernel FS |");
+        let _ = write!(s, " {o} vs best kernel FS (>1: better) |");
     }
     let _ = writeln!(s);
     let _ = write!(s, "|---|---|---:|---|");
@@ -132,8 +135,8 @@ pub fn render(
     let _ = writeln!(
         s,
         "- sizes: F1/F2/F9b/F10 tree of {} files × {} B (≤ {} per directory; F1 threads {:?}), \
-         F4 {} files, F5 {} × {} B into {} MiB, F6 {} × {} B into {} MiB, F9a {} files, \
-         F9c {} MiB; {} repetition(s) (medians), seed {}",
+         F4 {} files, F5 {} × {} B into {} MiB, F6 {} × {} B into {} MiB, F7 {} MiB, \
+         F8 {} MiB corpus, F9a {} files, F9c {} MiB; {} repetition(s) (medians), seed {}",
         z.tree_files,
         z.file_bytes,
         z.fanout,
@@ -145,6 +148,8 @@ pub fn render(
         z.f6_writes,
         z.f6_write_len,
         z.f6_file_bytes >> 20,
+        z.f7_file_bytes >> 20,
+        z.f8_corpus_bytes >> 20,
         z.rename_files,
         z.unlink_bytes >> 20,
         cfg.reps,

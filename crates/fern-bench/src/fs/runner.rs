@@ -73,8 +73,10 @@ impl FsBenchConfig {
             FsScenario::Micro {
                 workload: FsWorkload::F6,
             },
+            FsScenario::Seq,
             FsScenario::Rename,
             FsScenario::Unlink,
+            FsScenario::Space,
         ] {
             if want(s.workloads()) {
                 out.push(s);

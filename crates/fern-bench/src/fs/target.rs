@@ -77,6 +77,12 @@ pub trait FsTarget: Sync {
     fn keeps_data(&self) -> bool {
         true
     }
+    /// Bytes the file system occupies on its device now (kernel file systems: used blocks
+    /// as df counts them; fernfs: the image file's allocated blocks), or `None` where that
+    /// means nothing (the null FUSE file system).
+    fn space_used(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
     /// syncfs(2): everything written so far becomes durable.
     fn sync(&self) -> Result<()>;
     /// Makes the next reads cold: unmount and mount again (close and reopen the image), then

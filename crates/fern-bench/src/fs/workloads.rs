@@ -49,6 +49,10 @@ pub enum FsScenario {
     Rename,
     /// F9c.
     Unlink,
+    /// F7.
+    Seq,
+    /// F8.
+    Space,
 }
 
 impl FsScenario {
@@ -59,6 +63,7 @@ impl FsScenario {
                 FsWorkload::F1,
                 FsWorkload::F10,
                 FsWorkload::F2,
+                FsWorkload::F3,
                 FsWorkload::F9b,
             ],
             FsScenario::Tree { .. } => &[FsWorkload::F1],
@@ -69,6 +74,8 @@ impl FsScenario {
             FsScenario::Micro { .. } => &[FsWorkload::F6],
             FsScenario::Rename => &[FsWorkload::F9a],
             FsScenario::Unlink => &[FsWorkload::F9c],
+            FsScenario::Seq => &[FsWorkload::F7],
+            FsScenario::Space => &[FsWorkload::F8],
         }
     }
 
@@ -80,6 +87,8 @@ impl FsScenario {
             FsScenario::Micro { workload } => format!("micro-{}", workload.name()),
             FsScenario::Rename => "rename".into(),
             FsScenario::Unlink => "unlink".into(),
+            FsScenario::Seq => "seq".into(),
+            FsScenario::Space => "space".into(),
         }
     }
 }
@@ -205,6 +214,8 @@ pub fn run_task_on(spec: &FsTaskSpec, mut target: Box<dyn FsTarget>) -> Result<F
         FsScenario::Micro { workload } => micro(spec, &mut *target, workload, &mut out),
         FsScenario::Rename => rename(spec, &mut *target, &mut out),
         FsScenario::Unlink => unlink(spec, &mut *target, &mut out),
+        FsScenario::Seq => seq(spec, &mut *target, &mut out),
+        FsScenario::Space => space(spec, &mut *target, &mut out),
     };
     let fin = target.finish();
     res?;
@@ -453,6 +464,34 @@ fn tree(
         out.records.push(r);
     }
 
+    // F3: cold scan reading every file (readdir of every directory, open + read + close of
+    // every file), like grep -r. Checked: the count, the bytes, and an order-independent sum
+    // of the files' hashes against the expected contents (computed before the timed region).
+    if wants(spec, FsWorkload::F3) {
+        let expected = (0..p.files).fold(0u64, |acc, i| {
+            acc.wrapping_add(content_hash(&file_content(
+                spec.seed,
+                p.first + i,
+                s.file_bytes,
+            )))
+        });
+        cold(spec, t, out)?;
+        let start = Instant::now();
+        let mut scan = Scan::default();
+        read_all(t, &p.top, &mut scan)?;
+        let secs = start.elapsed().as_secs_f64();
+        let mut errors =
+            scan.files.abs_diff(p.files) + scan.bytes.abs_diff(p.files * s.file_bytes as u64);
+        if t.keeps_data() && scan.hash != expected {
+            errors += 1;
+        }
+        let mut r = record(spec, FsWorkload::F3, scan.files as f64 / secs, "files/s");
+        r.metric = Some("cold, read every file".into());
+        r.keys = Some(scan.files);
+        r.errors = errors;
+        out.records.push(r);
+    }
+
     // F9b: rm -r of the tree, durable.
     if wants(spec, FsWorkload::F9b) {
         let start = Instant::now();
@@ -497,6 +536,37 @@ pub fn walk(t: &dyn FsTarget, dir: &str) -> Result<(u64, u64)> {
         }
     }
     Ok((entries, files))
+}
+
+/// What a reading scan saw.
+#[derive(Debug, Default)]
+struct Scan {
+    files: u64,
+    bytes: u64,
+    hash: u64,
+}
+
+/// FNV-1a of a file's content (summed over files, the sum is independent of listing order).
+fn content_hash(d: &[u8]) -> u64 {
+    d.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// `grep -r`: readdir every directory below `dir`, read every file.
+fn read_all(t: &dyn FsTarget, dir: &str, scan: &mut Scan) -> Result<()> {
+    for e in t.list(dir)? {
+        let path = join(dir, &e.name);
+        if e.is_dir {
+            read_all(t, &path, scan)?;
+        } else {
+            let d = t.read_file(&path)?;
+            scan.files += 1;
+            scan.bytes += d.len() as u64;
+            scan.hash = scan.hash.wrapping_add(content_hash(&d));
+        }
+    }
+    Ok(())
 }
 
 /// `rm -r` of the contents of `dir`: readdir, unlink files, recurse into and rmdir
@@ -702,5 +772,220 @@ fn rename(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutput) -> Re
         r.errors = errors;
         out.records.push(r);
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// F7
+
+/// Fills `buf` with chunk `k` of F7's file (pseudo-random: no file system can compress it).
+fn seq_chunk(seed: u64, k: u64, buf: &mut [u8]) {
+    let mut rng = Rng::new(seed ^ 0xF7F7 ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for c in buf.chunks_mut(8) {
+        let r = rng.next_u64().to_le_bytes();
+        c.copy_from_slice(&r[..c.len()]);
+    }
+}
+
+/// F7: one file written sequentially in 1 MiB writes + fsync, then (cold) read sequentially
+/// in 1 MiB reads. Only the pwrite/fsync and pread calls are timed: generating and checking
+/// the data runs between them, outside the clock.
+fn seq(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutput) -> Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let bytes = spec.sizes.f7_file_bytes;
+    let chunks = bytes.div_ceil(CHUNK as u64);
+    let mut buf = vec![0u8; CHUNK];
+    let f = t.open("big", true)?;
+    let mut timed = std::time::Duration::ZERO;
+    let res = (|| {
+        for k in 0..chunks {
+            let len = (bytes - k * CHUNK as u64).min(CHUNK as u64) as usize;
+            seq_chunk(spec.seed, k, &mut buf[..len]);
+            let start = Instant::now();
+            t.pwrite(f, k * CHUNK as u64, &buf[..len])?;
+            timed += start.elapsed();
+        }
+        let start = Instant::now();
+        t.fsync(f)?;
+        timed += start.elapsed();
+        Ok::<(), BenchError>(())
+    })();
+    let closed = t.close(f);
+    res?;
+    closed?;
+    let mib = bytes >> 20;
+    let mut r = record(
+        spec,
+        FsWorkload::F7,
+        bytes as f64 / 1e6 / timed.as_secs_f64(),
+        "MB/s",
+    );
+    r.metric = Some(format!("{mib} MiB, 1 MiB writes + fsync"));
+    out.records.push(r);
+
+    cold(spec, t, out)?;
+    let f = t.open("big", false)?;
+    let mut timed = std::time::Duration::ZERO;
+    let mut errors = 0;
+    let mut want = vec![0u8; CHUNK];
+    let res = (|| {
+        for k in 0..chunks {
+            let len = (bytes - k * CHUNK as u64).min(CHUNK as u64) as usize;
+            let start = Instant::now();
+            let got = t.pread(f, k * CHUNK as u64, CHUNK)?;
+            timed += start.elapsed();
+            if got.len() != len {
+                errors += 1;
+            } else if t.keeps_data() {
+                seq_chunk(spec.seed, k, &mut want[..len]);
+                errors += u64::from(got[..] != want[..len]);
+            }
+        }
+        Ok::<(), BenchError>(())
+    })();
+    let closed = t.close(f);
+    res?;
+    closed?;
+    let mut r = record(
+        spec,
+        FsWorkload::F7,
+        bytes as f64 / 1e6 / timed.as_secs_f64(),
+        "MB/s",
+    );
+    r.metric = Some(format!("{mib} MiB, cold 1 MiB reads"));
+    r.errors = errors;
+    out.records.push(r);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// F8
+
+/// File `i` of F8's corpus: 1-32 KiB of English-like text (the engine benchmarks' text
+/// values: skewed common words), in lines. A pure function of the seed.
+pub fn corpus_file(seed: u64, i: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed ^ 0xF8F8 ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let len = 1024 + rng.below(31 * 1024) as usize;
+    let mut v = Vec::with_capacity(len + crate::data::VALUE_LEN);
+    let mut k = rng.next_u64();
+    while v.len() < len {
+        let line = crate::data::value(crate::data::ValueKind::Text, seed, k);
+        v.extend_from_slice(&line[..line.len() - 1]);
+        v.push(b'\n');
+        k = k.wrapping_add(1 + rng.below(1 << 20));
+    }
+    v.truncate(len);
+    v
+}
+
+/// Path of corpus file `i` (128 files per directory).
+fn corpus_path(i: u64) -> String {
+    format!("c/d{}/f{}", i / 128, i % 128)
+}
+
+/// Files of a corpus of at least `bytes` bytes.
+pub fn corpus_files(seed: u64, bytes: u64) -> (u64, u64) {
+    let (mut n, mut total) = (0, 0);
+    while total < bytes {
+        total += corpus_file(seed, n).len() as u64;
+        n += 1;
+    }
+    (n, total)
+}
+
+/// Bytes of `gzip -5` of the whole corpus (its files concatenated, like a tarball's data).
+fn gzip5_bytes(seed: u64, files: u64) -> Result<u64> {
+    use std::io::{Read, Write};
+    let mut child = std::process::Command::new("gzip")
+        .args(["-5", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| BenchError::Usage(format!("cannot run gzip: {e}")))?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| BenchError::Usage("gzip: no stdin".into()))?;
+    let mut stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| BenchError::Usage("gzip: no stdout".into()))?;
+    let feeder = std::thread::spawn(move || -> std::io::Result<()> {
+        for i in 0..files {
+            stdin.write_all(&corpus_file(seed, i))?;
+        }
+        Ok(())
+    });
+    let mut n = 0u64;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match stdout.read(&mut buf)? {
+            0 => break,
+            k => n += k as u64,
+        }
+    }
+    let fed = feeder
+        .join()
+        .map_err(|_| BenchError::Usage("gzip feeder panicked".into()))?;
+    let status = child.wait()?;
+    fed?;
+    if !status.success() {
+        return Err(BenchError::Usage(format!("gzip -5 failed: {status}")));
+    }
+    Ok(n)
+}
+
+/// F8: the corpus written as files (128 per directory) + sync, then unmounted and mounted
+/// again (everything the file system defers is then on the device); the growth of the
+/// device's used bytes from the fresh file system is the figure, beside gzip -5 of the same
+/// bytes.
+fn space(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutput) -> Result<()> {
+    let Some(before) = t.space_used()? else {
+        out.notes.push(format!(
+            "F8 not measured on {}: it stores nothing, so it uses no space",
+            spec.system
+        ));
+        return Ok(());
+    };
+    let (files, logical) = corpus_files(spec.seed, spec.sizes.f8_corpus_bytes);
+    t.mkdir("c")?;
+    for i in 0..files {
+        if i % 128 == 0 {
+            t.mkdir(&format!("c/d{}", i / 128))?;
+        }
+        t.write_new(&corpus_path(i), &corpus_file(spec.seed, i))?;
+    }
+    t.sync()?;
+    cold(spec, t, out)?;
+    let after = t.space_used()?.unwrap_or(before);
+    let used = after.saturating_sub(before);
+    let mut errors = 0;
+    for i in sample(files).into_iter().take(200) {
+        match t.read_file(&corpus_path(i)) {
+            Ok(d) if t.keeps_data() && d == corpus_file(spec.seed, i) => {}
+            Ok(d) if !t.keeps_data() && d.len() == corpus_file(spec.seed, i).len() => {}
+            _ => errors += 1,
+        }
+    }
+    let gz = gzip5_bytes(spec.seed, files)?;
+    let label = format!(
+        "{} MiB text in {files} files (gzip -5: {:.1} MiB)",
+        logical >> 20,
+        gz as f64 / (1 << 20) as f64
+    );
+    let mut r = record(spec, FsWorkload::F8, used as f64, "bytes");
+    r.metric = Some(label.clone());
+    r.keys = Some(files);
+    r.errors = errors;
+    out.records.push(r);
+    let mut r = record(
+        spec,
+        FsWorkload::F8,
+        used as f64 / gz.max(1) as f64,
+        "x gzip -5",
+    );
+    r.metric = Some(label);
+    r.errors = errors;
+    out.records.push(r);
     Ok(())
 }
