@@ -1,14 +1,16 @@
-//! File-system workloads of shared/WORKLOADS.md (F1, F2, F4, F5, F6, F9a/b/c, F10) run through
-//! a file system's own interface: fern-fs's library API on a fern-kv-tree image (`fernfs-lib`),
-//! or POSIX syscalls on a fresh loop-mounted kernel file system (`ext4`).
+//! File-system workloads of shared/WORKLOADS.md (F1-F8, F9a/b/c, F10) run through a file
+//! system's own interface: fern-fs's library API on a fern-kv-tree image (`fernfs-lib`), or
+//! POSIX syscalls on a mount: the fernfs FUSE daemon (`fernfs-fuse`), the null FUSE file
+//! system (`null-fuse`), or a fresh loop-mounted kernel file system (`ext4`, `xfs`, `btrfs`).
 //!
-//! Layout, built to grow into the full `fernfs bench fs` (FUSE, XFS, Btrfs, null FUSE, plots):
+//! Layout:
 //! - [`target`]: the [`FsTarget`] trait, the handful of calls the workloads make, and the
 //!   [`FsSystem`] list; a new system is one more implementation.
 //! - [`lib_target`]: fernfs through `fern_fs::path::PathFs`; cold = close + reopen the image.
-//! - [`posix`]: any mounted file system through std::fs/libc (reusable for FUSE mounts and
-//!   other kernel file systems), and [`posix::LoopMount`], the loop-mounted image whose
-//!   teardown always runs.
+//! - [`posix`]: any mounted file system through std::fs/libc, and [`posix::LoopMount`], the
+//!   loop-mounted image whose teardown always runs.
+//! - [`fuse_mount`]: FUSE mounts served by a daemon child (fernfs's own, or the null one).
+//! - [`null_fuse`]: the null FUSE file system (namespace only, no data: the FUSE-path limit).
 //! - [`workloads`]: the workloads, grouped into scenarios (the work one child process does
 //!   on one fresh file system), each checking the answers it gets.
 //! - [`runner`]: the run plan (repetitions × scenarios × systems, systems innermost: A B A B),

@@ -1,5 +1,6 @@
-//! `fernfs bench fs`: the file-system workloads through fern-fs's library API beside ext4
-//! (module `fern_bench::fs`; tasks re-execute this binary as `bench fs-task`).
+//! `fernfs bench fs`: the file-system workloads through fern-fs's library API and the FUSE
+//! mount, beside the null FUSE file system and ext4/XFS/Btrfs (module `fern_bench::fs`; tasks
+//! re-execute this binary as `bench fs-task`, the null FUSE daemon as `bench null-fuse`).
 //!
 //! `fernfs bench engine`: the engine workloads E1–E7 and E9 against the peer engines compiled into
 //! this build (`--features peers`, `--features rocksdb`), with a table on stdout, progress on
@@ -32,8 +33,8 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Engine workloads E1-E7 and E9: fern-tree against peer engines, same memory budget.
     Engine(EngineArgs),
-    /// File-system workloads (F1, F2, F4, F5, F6, F9a/b/c, F10): fernfs through its library
-    /// API beside kernel file systems on loop-mounted images.
+    /// File-system workloads (F1-F10): fernfs through its library API and its FUSE mount,
+    /// beside a null FUSE file system and kernel file systems on loop-mounted images.
     Fs(FsArgs),
     /// Runs one task of `bench fs` in this process (internal).
     #[command(hide = true)]
@@ -139,9 +140,13 @@ pub struct FsArgs {
     pub quick: bool,
     /// Systems (fernfs-lib, fernfs-fuse, null-fuse, ext4, xfs, btrfs); a system that cannot
     /// be mounted here (not root, no mkfs tool, no /dev/fuse) is skipped with a message.
-    #[arg(long, value_delimiter = ',', default_value = "fernfs-lib,ext4")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fernfs-lib,fernfs-fuse,null-fuse,ext4,xfs,btrfs"
+    )]
     pub systems: Vec<String>,
-    /// Workloads (F1,F2,F4,F5,F6,F9a,F9b,F9c,F10; F9 = all three; default all).
+    /// Workloads (F1,F2,F3,F4,F5,F6,F7,F8,F9a,F9b,F9c,F10; F9 = all three; default all).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Repetitions (default 3 full, 1 quick); medians are reported.
