@@ -12,6 +12,7 @@
 mod alloc;
 pub mod attr;
 mod cache;
+pub mod check;
 mod codec;
 mod data;
 mod dir;

@@ -29,7 +29,7 @@ enum Command {
     Mount(cmd::mount::MountArgs),
     /// Unmount, and wait until the image is closed.
     Umount(cmd::mount::UmountArgs),
-    /// Check the file-system invariants of an unmounted image (exit codes as fsck(8)).
+    /// Check (and with --repair, repair) an unmounted image; exit codes as fsck(8).
     Fsck(cmd::fsck::FsckArgs),
     /// Files, logical bytes and space used of an image or a mounted image.
     Stat(cmd::stat::StatArgs),

@@ -1,197 +1,140 @@
-//! `fernfs fsck TARGET`: file-system invariants of an unmounted image, checked through the
-//! fern-fs API. Opening the image runs the engine's own recovery and checksum verification of
-//! what it reads; mounting the core frees the orphans of a crashed mount. Then a walk of the
-//! whole namespace from the root checks:
-//!
-//! * F1 every entry resolves to a live inode of the entry's type;
-//! * F2 every directory's `..` (dirparent) is the directory it was found in, and no directory
-//!   is reached twice;
-//! * F3 every non-directory's link count equals the number of entries naming it;
-//! * F4 every directory's link count is 2 + its subdirectories;
-//! * F5 symlink targets read back, with the length the size says.
-//!
-//! Exit codes follow fsck(8): 0 clean, 4 errors left uncorrected, 8 operational error.
-//! `--repair` is not implemented yet; it must never write anything but orphan cleanup.
+//! `fernfs fsck TARGET [--repair]`: checks an unmounted image and optionally repairs it.
+//! Opening the image runs the engine's recovery and verifies the checksum of everything read;
+//! then every engine tree is walked node by node (structural invariants), and the file-system
+//! invariants are checked over every key by `fern_fs::check` (the invariant list and the
+//! repair rules live there, next to the schema they are about). This module only sequences
+//! those steps and maps the outcome onto fsck(8)'s exit codes: 0 clean, 1 errors corrected,
+//! 4 errors left uncorrected, 8 operational error (cannot open, lock or read the image).
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use fern_fs::{FileType, Fs, InodeId};
+use fern_fs::check::{self, Finding, Report};
 
 use super::image::{CmdError, Image, DEFAULT_CACHE};
 
 /// Options of `fernfs fsck`.
 #[derive(Debug, Args)]
 pub struct FsckArgs {
-    /// Image file (not mounted).
+    /// Image file or block device (not mounted).
     pub target: PathBuf,
-    /// Print every directory visited.
+    /// Repair what can be repaired safely (link counts, dangling entries, orphans, unnamed
+    /// inodes into /lost+found, sizes below the stored data, leaked keys).
+    #[arg(short = 'r', long, visible_alias = "fix")]
+    pub repair: bool,
+    /// Also print notes (pending orphans) and every finding, not only the first 100.
     #[arg(short, long)]
     pub verbose: bool,
 }
 
-/// What the walk found.
-#[derive(Debug, Default)]
-pub struct Report {
-    /// Directories visited.
-    pub dirs: u64,
-    /// Non-directory inodes found.
-    pub files: u64,
-    /// Entries read.
-    pub entries: u64,
-    /// Violations, each naming the invariant.
-    pub problems: Vec<String>,
-}
+const OK: u8 = 0;
+const CORRECTED: u8 = 1;
+const UNCORRECTED: u8 = 4;
+const OPERATIONAL: u8 = 8;
 
 /// Runs `fernfs fsck`; the exit code is fsck(8)'s.
 pub fn run(args: FsckArgs) -> Result<ExitCode, CmdError> {
-    let image = match Image::open(&args.target, DEFAULT_CACHE) {
-        Ok(i) => i,
+    match fsck(&args) {
+        Ok(code) => Ok(ExitCode::from(code)),
         Err(e) => {
             eprintln!("fernfs fsck: {e}");
-            return Ok(ExitCode::from(8));
+            Ok(ExitCode::from(OPERATIONAL))
         }
-    };
-    let fs = match image.fs() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("fernfs fsck: {e}");
-            return Ok(ExitCode::from(8));
+    }
+}
+
+fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
+    let image = Image::open(&args.target, DEFAULT_CACHE)?;
+    let name = args.target.display().to_string();
+    // Engine structure first: the file-system check reads through these trees.
+    let env = image.store.env();
+    let mut engine_errors = Vec::new();
+    let mut nodes = 0u64;
+    for tree in env.tree_names() {
+        match env.tree(&tree).and_then(|t| t.verify()) {
+            Ok(r) => nodes += r.leaves + r.internal,
+            Err(e) => engine_errors.push(format!("engine tree {tree:?}: {e}")),
         }
-    };
-    let report = check(&fs, args.verbose);
-    drop(fs);
-    image.close()?;
+    }
     println!(
-        "{}: {} directories, {} other inodes, {} entries, {} problems",
-        args.target.display(),
-        report.dirs,
-        report.files,
-        report.entries,
-        report.problems.len()
+        "{name}: engine: {} trees, {nodes} nodes verified, {} damaged",
+        env.tree_names().len(),
+        engine_errors.len()
     );
-    for p in report.problems.iter().take(100) {
-        println!("  {p}");
+    for e in &engine_errors {
+        println!("  {e}");
     }
-    if report.problems.len() > 100 {
-        println!("  ... and {} more", report.problems.len() - 100);
-    }
-    Ok(if report.problems.is_empty() {
-        ExitCode::SUCCESS
+    let kv = image.kv();
+    let code = if args.repair {
+        if !engine_errors.is_empty() {
+            println!("  not repairing: the engine trees are damaged (restore from a backup)");
+            UNCORRECTED
+        } else {
+            let r = check::repair(&*kv).map_err(|e| CmdError::new(format!("{name}: {e}")))?;
+            for f in &r.fixed {
+                if args.verbose || f.severity == check::Severity::Error {
+                    println!("  fixed: {f}");
+                }
+            }
+            summary(&name, &r.after, args.verbose);
+            if !r.after.is_clean() {
+                UNCORRECTED
+            } else if r.errors_fixed() > 0 {
+                println!("{name}: {} errors corrected", r.errors_fixed());
+                CORRECTED
+            } else {
+                OK
+            }
+        }
     } else {
-        ExitCode::from(4)
+        let r = check::check(&*kv).map_err(|e| CmdError::new(format!("{name}: {e}")))?;
+        summary(&name, &r, args.verbose);
+        if r.is_clean() && engine_errors.is_empty() {
+            OK
+        } else {
+            UNCORRECTED
+        }
+    };
+    drop(kv);
+    image.close()?;
+    Ok(if engine_errors.is_empty() {
+        code
+    } else {
+        UNCORRECTED
     })
 }
 
-/// Walks the namespace of `fs` and checks F1-F5.
-pub fn check(fs: &Fs, verbose: bool) -> Report {
-    let mut r = Report::default();
-    // Non-directories: (entries naming it, link count, a path for messages).
-    let mut links: HashMap<InodeId, (u32, u32, String)> = HashMap::new();
-    let mut seen_dirs: HashSet<InodeId> = HashSet::from([InodeId::ROOT]);
-    let mut queue = VecDeque::from([(InodeId::ROOT, "/".to_string())]);
-    while let Some((dir, path)) = queue.pop_front() {
-        r.dirs += 1;
+fn summary(name: &str, r: &Report, verbose: bool) {
+    let errors: Vec<&Finding> = r.errors().collect();
+    let notes = r.findings.len() - errors.len();
+    println!(
+        "{name}: {} directories, {} other inodes, {} entries, {} data blocks, {} problems",
+        r.dirs,
+        r.files,
+        r.entries,
+        r.blocks,
+        errors.len()
+    );
+    let limit = if verbose { usize::MAX } else { 100 };
+    for f in errors.iter().take(limit) {
+        println!("  {f}");
+    }
+    if errors.len() > limit {
+        println!("  ... and {} more (-v lists all)", errors.len() - limit);
+    }
+    if notes > 0 {
+        println!(
+            "  {notes} notes (pending orphans: files unlinked while open, freed at the next mount)"
+        );
         if verbose {
-            eprintln!("{path}");
-        }
-        let mut subdirs = 0u32;
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = match fs.list(dir, after.as_deref(), 256, false) {
-                Ok(p) => p,
-                Err(e) => {
-                    r.problems.push(format!("F1 {path}: listing failed: {e}"));
-                    break;
-                }
-            };
-            let Some(last) = page.last() else { break };
-            after = Some(last.name.clone());
-            for e in page {
-                r.entries += 1;
-                let name = String::from_utf8_lossy(&e.name);
-                let child = if path == "/" {
-                    format!("/{name}")
-                } else {
-                    format!("{path}/{name}")
-                };
-                let attr = match fs.lookup(dir, &e.name) {
-                    Ok(a) => a,
-                    Err(err) => {
-                        r.problems
-                            .push(format!("F1 {child}: entry does not resolve: {err}"));
-                        continue;
-                    }
-                };
-                if attr.ino != e.ino || attr.kind != e.kind {
-                    r.problems.push(format!(
-                        "F1 {child}: entry says inode {} {:?}, inode is {} {:?}",
-                        e.ino.0, e.kind, attr.ino.0, attr.kind
-                    ));
-                }
-                match attr.kind {
-                    FileType::Directory => {
-                        subdirs += 1;
-                        match fs.parent_of(attr.ino) {
-                            Ok(p) if p == dir => {}
-                            Ok(p) => r.problems.push(format!(
-                                "F2 {child}: `..` is inode {}, found in inode {}",
-                                p.0, dir.0
-                            )),
-                            Err(err) => r.problems.push(format!("F2 {child}: no `..`: {err}")),
-                        }
-                        if seen_dirs.insert(attr.ino) {
-                            queue.push_back((attr.ino, child));
-                        } else {
-                            r.problems.push(format!(
-                                "F2 {child}: directory {} reached twice",
-                                attr.ino.0
-                            ));
-                            fs.forget(attr.ino, 1);
-                        }
-                        // Directories stay pinned: their listing comes later.
-                    }
-                    kind => {
-                        if kind == FileType::Symlink {
-                            match fs.readlink(attr.ino) {
-                                Ok(t) if t.len() as u64 == attr.size => {}
-                                Ok(t) => r.problems.push(format!(
-                                    "F5 {child}: target of {} bytes, size {}",
-                                    t.len(),
-                                    attr.size
-                                )),
-                                Err(err) => r.problems.push(format!("F5 {child}: readlink: {err}")),
-                            }
-                        }
-                        let l = links
-                            .entry(attr.ino)
-                            .or_insert((0, attr.nlink, child.clone()));
-                        l.0 += 1;
-                        fs.forget(attr.ino, 1);
-                    }
-                }
+            for f in r
+                .findings
+                .iter()
+                .filter(|f| f.severity == check::Severity::Note)
+            {
+                println!("  note: {f}");
             }
         }
-        match fs.getattr(dir) {
-            Ok(a) if a.nlink == 2 + subdirs => {}
-            Ok(a) => r.problems.push(format!(
-                "F4 {path}: link count {}, expected {} (2 + {subdirs} subdirectories)",
-                a.nlink,
-                2 + subdirs
-            )),
-            Err(err) => r.problems.push(format!("F4 {path}: getattr: {err}")),
-        }
     }
-    r.files = links.len() as u64;
-    for (ino, (found, nlink, path)) in links {
-        if found != nlink {
-            r.problems.push(format!(
-                "F3 {path} (inode {}): link count {nlink}, {found} entries name it",
-                ino.0
-            ));
-        }
-    }
-    r
 }
