@@ -54,6 +54,12 @@ impl IdAllocator {
         Ok(InodeId(id))
     }
 
+    /// Ids of this mount's reservation not handed out yet, for statfs.
+    pub fn unused(&self) -> u64 {
+        let range = self.range.lock();
+        range.1.saturating_sub(range.0)
+    }
+
     /// The persistent high-water mark (ids ever reserved), for statfs.
     pub fn high_water(kv: &dyn KvStore, trees: &Trees) -> FsResult<u64> {
         match kv.get(trees.meta, ALLOC_KEY)? {

@@ -108,10 +108,10 @@ impl Fs {
     /// Writes `data` through handle `fh` at `offset` (at the end of file for O_APPEND
     /// handles); returns the bytes written.
     pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> FsResult<usize> {
-        let (ino, append, writable) = {
+        let (ino, append, writable, kill_suid) = {
             let h = self.handles.lock();
             let h = h.get(&fh).ok_or(FsError::BadHandle)?;
-            (h.ino, h.append, h.write)
+            (h.ino, h.append, h.write, h.kill_suid)
         };
         if !writable {
             return Err(FsError::BadHandle);
@@ -178,6 +178,8 @@ impl Fs {
                 size_at_least: Some(pos + n as u64),
                 mtime: Some(now),
                 ctime: Some(now),
+                // Blind: the update function clears the bits only if they are set.
+                kill_suid,
                 ..StatDelta::default()
             };
             self.upsert_stat(&mut b, ino, &loc, &d)?;

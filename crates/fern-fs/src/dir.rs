@@ -82,6 +82,7 @@ impl Fs {
             ino: dir,
             append: false,
             write: false,
+            kill_suid: false,
             dir_names: Some(Vec::new()),
         };
         self.handles.lock().insert(fh, h);

@@ -35,7 +35,8 @@ pub enum FsError {
     /// EINVAL: invalid argument (e.g. rename of a directory into its own subtree).
     #[error("invalid argument")]
     Invalid,
-    /// ENOSPC: no space left (id space or size limits).
+    /// ENOSPC: no space left (id space exhausted). A store that runs out of media space
+    /// reports `KvError::Io` of kind `StorageFull`, which [`FsError::errno`] also maps here.
     #[error("no space left on device")]
     NoSpace,
     /// EPERM: operation not permitted.
@@ -114,6 +115,11 @@ impl FsError {
             // A conflict that escaped the bounded retries is transient: the caller may retry.
             FsError::Kv(KvError::Conflict | KvError::RetriesExhausted { .. }) => libc::EAGAIN,
             FsError::Kv(KvError::TooLarge { .. }) => libc::EFBIG,
+            // The backend's media is full (fern-kv-tree: the engine's `NoSpace`); kept as the
+            // store's error so the message says which write hit it.
+            FsError::Kv(KvError::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {
+                libc::ENOSPC
+            }
             FsError::Kv(_) => libc::EIO,
         }
     }

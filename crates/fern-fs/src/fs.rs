@@ -62,6 +62,9 @@ pub(crate) struct Handle {
     pub ino: InodeId,
     pub append: bool,
     pub write: bool,
+    /// Opened by a caller without root privilege: its writes clear set-id bits. False for
+    /// [`Fs::open`] without credentials (the kernel applies that rule itself over FUSE).
+    pub kill_suid: bool,
     /// For directory handles: names already returned, indexed by (FUSE offset - 1).
     pub dir_names: Option<Vec<Vec<u8>>>,
 }
@@ -75,6 +78,7 @@ pub struct Fs {
     pub(crate) locks: Stripes,
     pub(crate) inodes: Inodes,
     pub(crate) names: NameCache,
+    pub(crate) dir_groups: crate::owner::DirGroups,
     pub(crate) handles: Mutex<HashMap<Fh, Handle>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) policy: RetryPolicy,
@@ -134,6 +138,7 @@ impl Fs {
             locks: Stripes::new(),
             inodes: Inodes::default(),
             names: NameCache::default(),
+            dir_groups: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             policy: RetryPolicy::default(),

@@ -28,24 +28,33 @@ pub struct OpenFlags {
     pub exclusive: bool,
 }
 
-/// File-system statistics.
+/// File-system statistics, in statvfs(3)'s terms: used = total - free for both blocks and
+/// inodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatFs {
     /// Block size.
     pub bsize: u32,
-    /// Total blocks (nominal: the store grows as needed).
+    /// Total blocks: nominal ([`NOMINAL_BYTES`]); the store grows as its media allows.
     pub blocks: u64,
-    /// Free blocks.
+    /// Free blocks: total minus the bytes the store reports it occupies
+    /// ([`fern_kv::KvStore::space_used`]), or all of them when it cannot tell.
     pub bfree: u64,
-    /// Free blocks for unprivileged users.
+    /// Free blocks for unprivileged users (the same: nothing is reserved for root).
     pub bavail: u64,
-    /// Inode ids ever reserved.
+    /// Total inodes: the id space ([`ID_SPACE`]).
     pub files: u64,
-    /// Ids still available.
+    /// Free inodes: ids never handed out. Ids are never reused, so `files - ffree` counts
+    /// every inode ever created (deleted ones included), an upper bound on the live ones.
     pub ffree: u64,
     /// Longest name.
     pub namelen: u32,
 }
+
+/// The nominal size statfs reports (1 PiB).
+pub const NOMINAL_BYTES: u64 = 1 << 50;
+/// The inode count statfs reports: ids are 64-bit, but 2^48 keeps `df -i` readable and
+/// is more than any store will hold.
+pub const ID_SPACE: u64 = 1 << 48;
 
 impl Fs {
     /// Attributes of `ino`.
@@ -55,8 +64,20 @@ impl Fs {
         self.attr_of(ino, &inode)
     }
 
-    /// Changes attributes of `ino`; returns the new attributes.
+    /// Changes attributes of `ino`; returns the new attributes. Applies no rule that depends
+    /// on the caller (over FUSE the kernel applies them); see [`Fs::setattr_as`].
     pub fn setattr(&self, ino: InodeId, sa: &SetAttr) -> FsResult<Attr> {
+        self.setattr_with(ino, sa, false)
+    }
+
+    /// [`Fs::setattr`] on behalf of `cred`: a size change (truncate) by a caller without root
+    /// privilege also clears the file's set-user-id bit, and its set-group-id bit when it is
+    /// group-executable.
+    pub fn setattr_as(&self, cred: &Cred, ino: InodeId, sa: &SetAttr) -> FsResult<Attr> {
+        self.setattr_with(ino, sa, crate::owner::kills_suid(cred))
+    }
+
+    fn setattr_with(&self, ino: InodeId, sa: &SetAttr, kill_suid: bool) -> FsResult<Attr> {
         let _g = self.locks.lock(&[ino]);
         let (loc, kind) = self.loc(ino)?;
         let now = Timespec::now();
@@ -75,6 +96,7 @@ impl Fs {
             self.truncate_blocks(&mut b, ino, size);
             d.size = Some(size);
             d.mtime = Some(now);
+            d.kill_suid = kill_suid;
             changed = true;
         }
         if let Some(mode) = sa.mode {
@@ -85,7 +107,7 @@ impl Fs {
             d.uid = sa.uid;
             d.gid = sa.gid;
             // chown of a regular file drops set-id bits, as Linux does.
-            d.kill_suid = kind == FileType::Regular;
+            d.kill_suid |= kind == FileType::Regular;
             changed = true;
         }
         let time = |t: TimeSet| match t {
@@ -109,12 +131,28 @@ impl Fs {
         self.upsert_stat(&mut b, ino, &loc, &d)?;
         self.kv.write(b, WriteOptions::NO_SYNC)?;
         let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
+        if kind == FileType::Directory {
+            // Under this directory's lock, like every create in it (owner.rs).
+            self.dir_groups.note(ino, &inode.stat);
+        }
         self.attr_of(ino, &inode)
     }
 
     /// Opens `ino`; the handle keeps the inode (and its data, if it is unlinked) alive until
-    /// [`Fs::release`].
+    /// [`Fs::release`]. Without credentials, writes through the handle keep set-id bits
+    /// (over FUSE the kernel clears them); see [`Fs::open_as`].
     pub fn open(&self, ino: InodeId, flags: OpenFlags) -> FsResult<Fh> {
+        self.open_with(ino, flags, None)
+    }
+
+    /// [`Fs::open`] on behalf of `cred`: when `cred` is not root, writes and O_TRUNC through
+    /// the handle clear the file's set-user-id bit (and set-group-id when group-executable).
+    pub fn open_as(&self, cred: &Cred, ino: InodeId, flags: OpenFlags) -> FsResult<Fh> {
+        self.open_with(ino, flags, Some(cred))
+    }
+
+    fn open_with(&self, ino: InodeId, flags: OpenFlags, cred: Option<&Cred>) -> FsResult<Fh> {
+        let kill_suid = cred.is_some_and(crate::owner::kills_suid);
         let kind = {
             let _g = self.locks.lock(&[ino]);
             let (_, kind) = self.loc(ino)?;
@@ -129,16 +167,18 @@ impl Fs {
             ino,
             append: flags.append,
             write: flags.write,
+            kill_suid,
             dir_names: None,
         };
         self.handles.lock().insert(fh, handle);
         if flags.truncate && flags.write && kind == FileType::Regular {
-            if let Err(e) = self.setattr(
+            if let Err(e) = self.setattr_with(
                 ino,
                 &SetAttr {
                     size: Some(0),
                     ..SetAttr::default()
                 },
+                kill_suid,
             ) {
                 self.release(fh)?;
                 return Err(e);
@@ -161,7 +201,7 @@ impl Fs {
             truncate: flags.truncate && !created,
             ..flags
         };
-        let fh = self.open(attr.ino, flags)?;
+        let fh = self.open_as(cred, attr.ino, flags)?;
         Ok((attr, fh))
     }
 
@@ -199,20 +239,30 @@ impl Fs {
             .ok_or(FsError::BadHandle)
     }
 
-    /// File-system statistics.
+    /// File-system statistics. Costs one point read (the id high-water mark) and the store's
+    /// own space figure; nothing is scanned.
     pub fn statfs(&self) -> FsResult<StatFs> {
-        let files = crate::alloc::IdAllocator::high_water(&*self.kv, &self.t)?;
+        let reserved = crate::alloc::IdAllocator::high_water(&*self.kv, &self.t)?;
+        // The root plus every id handed out from FIRST_FREE on; this mount's unused
+        // reservation is not counted (a crash skips it forever, the next statfs counts it).
+        let used_ids = reserved
+            .saturating_sub(self.ids.unused())
+            .saturating_sub(crate::ids::InodeId::FIRST_FREE)
+            + 1;
         let bs = u64::from(self.sb.block_size);
-        // Space is whatever the store's media has; report a large nominal size so that tools
-        // checking free space proceed (fern-tree will report its real numbers later).
-        let blocks = (1u64 << 50) / bs;
+        // The media's capacity is not the file system's to know (an image file grows into
+        // its host file system); a large nominal total lets tools that check free space
+        // proceed, and used space is real whenever the store can report it.
+        let blocks = NOMINAL_BYTES / bs;
+        let used_blocks = self.kv.space_used().map_or(0, |b| b.div_ceil(bs));
+        let bfree = blocks.saturating_sub(used_blocks);
         Ok(StatFs {
             bsize: self.sb.block_size,
             blocks,
-            bfree: blocks,
-            bavail: blocks,
-            files,
-            ffree: u64::MAX / 2 - files,
+            bfree,
+            bavail: bfree,
+            files: ID_SPACE,
+            ffree: ID_SPACE.saturating_sub(used_ids),
             namelen: NAME_MAX as u32,
         })
     }

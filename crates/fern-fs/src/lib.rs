@@ -22,6 +22,7 @@ mod ids;
 mod inode_ops;
 mod locks;
 mod namespace;
+mod owner;
 pub mod path;
 pub mod perm;
 mod record;

@@ -135,10 +135,11 @@ impl Fs {
         let (ploc, _) = self.loc(parent)?;
         // A complete name set answers "does it exist" without reading the entry.
         let known_absent = self.names.contains(parent, name) == Some(false);
+        let (gid, mode) = self.new_owner(cred, parent, mode)?;
         let id = self.ids.alloc(&*self.kv, &self.t, &self.policy)?;
         let now = Timespec::now();
         let is_dir = kind == FileType::Directory;
-        let mut stat = Stat::new(mode, cred.uid, cred.gid, if is_dir { 2 } else { 1 }, now);
+        let mut stat = Stat::new(mode, cred.uid, gid, if is_dir { 2 } else { 1 }, now);
         stat.rdev = rdev;
         stat.size = payload.len() as u64;
         let inode = Inode { stat, payload };
@@ -186,6 +187,7 @@ impl Fs {
         self.names.insert(parent, name);
         if is_dir {
             self.names.new_dir(id);
+            self.dir_groups.note(id, &inode.stat);
         }
         self.inodes.pin(
             id,

@@ -816,3 +816,313 @@ fn permission_checks() {
     };
     assert_eq!(err(check_setattr(&victim, &other, &stamp)), libc::EPERM);
 }
+
+fn as_user(e: &common::Env, uid: u32, gid: u32, groups: &[u32]) -> fern_fs::path::PathFs {
+    let cred = fern_fs::Cred {
+        uid,
+        gid,
+        groups: groups.to_vec(),
+    };
+    fern_fs::path::PathFs::new(e.fs.clone(), cred)
+}
+
+#[test]
+fn setgid_directory_passes_its_group_on() {
+    let e = env();
+    e.p.mkdir(b"/d", 0o777).expect("mkdir");
+    e.p.chown(b"/d", None, Some(50)).expect("chown");
+    e.p.chmod(b"/d", 0o2777).expect("chmod g+s");
+    e.p.mkdir(b"/plain", 0o777).expect("mkdir");
+    let u = as_user(&e, 1000, 1000, &[]);
+    let sub = u.mkdir(b"/d/sub", 0o755).expect("mkdir in setgid dir");
+    assert_eq!(
+        (sub.gid, sub.perm),
+        (50, 0o2755),
+        "a subdirectory inherits group and S_ISGID"
+    );
+    let deeper = u.mkdir(b"/d/sub/deeper", 0o700).expect("nested");
+    assert_eq!(
+        (deeper.gid, deeper.perm),
+        (50, 0o2700),
+        "inheritance carries down"
+    );
+    put_as(&u, "/d/f", 0o644);
+    let f = e.p.stat(b"/d/f").expect("stat");
+    assert_eq!(
+        (f.uid, f.gid, f.perm),
+        (1000, 50, 0o644),
+        "a file takes the group only"
+    );
+    let l = u.symlink(b"f", b"/d/l").expect("symlink");
+    assert_eq!(l.gid, 50);
+    // A set-group-id program for a group its creator is not in loses the bit...
+    put_as(&u, "/d/x", 0o2755);
+    assert_eq!(e.p.stat(b"/d/x").expect("x").perm, 0o755);
+    // ...but not for a member, nor for root, nor when it is not group-executable.
+    put_as(&as_user(&e, 1000, 1000, &[50]), "/d/y", 0o2755);
+    assert_eq!(e.p.stat(b"/d/y").expect("y").perm, 0o2755);
+    put_as(&e.p, "/d/z", 0o2755);
+    assert_eq!(e.p.stat(b"/d/z").expect("z").perm, 0o2755);
+    put_as(&u, "/d/w", 0o2644);
+    assert_eq!(e.p.stat(b"/d/w").expect("w").perm, 0o2644);
+    // A directory without S_ISGID: the creator's group.
+    assert_eq!(u.mkdir(b"/plain/s", 0o755).expect("mkdir").gid, 1000);
+    // Clearing S_ISGID takes effect for the next create (the per-mount table follows chmod).
+    e.p.chmod(b"/d", 0o777).expect("chmod g-s");
+    assert_eq!(u.mkdir(b"/d/after", 0o755).expect("mkdir").gid, 1000);
+    e.p.chmod(b"/plain", 0o2777).expect("chmod g+s");
+    assert_eq!(u.mkdir(b"/plain/t", 0o755).expect("mkdir").gid, 0);
+    // After a remount the rule comes from the stored mode.
+    let e = e.remount();
+    let u = as_user(&e, 1000, 1000, &[]);
+    let again = u.mkdir(b"/d/sub/again", 0o755).expect("after remount");
+    assert_eq!((again.gid, again.perm), (50, 0o2755));
+}
+
+fn put_as(p: &fern_fs::path::PathFs, path: &str, perm: u32) {
+    let mut o = rw();
+    o.perm = perm;
+    o.flags.exclusive = true;
+    let f = p.open(path.as_bytes(), o).expect("create");
+    p.close(f).expect("close");
+}
+
+#[test]
+fn write_and_truncate_by_non_root_clear_setid() {
+    let e = env();
+    let root = fern_fs::Cred::root();
+    let user = fern_fs::Cred::user(1000, 1000);
+    let u = as_user(&e, 1000, 1000, &[]);
+    let setid = |path: &str, perm: u32| {
+        put(&e, path, b"");
+        e.p.chown(path.as_bytes(), Some(1000), Some(1000))
+            .expect("chown");
+        e.p.chmod(path.as_bytes(), perm).expect("chmod");
+        // Pinned (looked up) as the kernel would before using the inode number.
+        e.fs.lookup(fern_fs::InodeId::ROOT, &path.as_bytes()[1..])
+            .expect("lookup")
+            .ino
+    };
+    let perm = |path: &str| e.p.stat(path.as_bytes()).expect("stat").perm;
+    // A write by a non-root caller, the owner included, clears S_ISUID and, when the file is
+    // group-executable, S_ISGID.
+    setid("/a", 0o6755);
+    let f = u.open(b"/a", rw()).expect("open as user");
+    u.write_at(&f, 0, b"x").expect("write");
+    u.close(f).expect("close");
+    assert_eq!(perm("/a"), 0o755);
+    // Not group-executable: S_ISGID marks mandatory locking and stays.
+    setid("/b", 0o6644);
+    let f = u.open(b"/b", rw()).expect("open");
+    u.write_at(&f, 0, b"x").expect("write");
+    u.close(f).expect("close");
+    assert_eq!(perm("/b"), 0o2644);
+    // Root keeps the bits.
+    setid("/c", 0o6755);
+    put(&e, "/c", b"x");
+    assert_eq!(perm("/c"), 0o6755);
+    // Truncate by a non-root caller clears them; by root it does not.
+    let d = setid("/d", 0o4755);
+    let size = |n| SetAttr {
+        size: Some(n),
+        ..SetAttr::default()
+    };
+    e.fs.setattr_as(&root, d, &size(5))
+        .expect("truncate as root");
+    assert_eq!(perm("/d"), 0o4755);
+    e.fs.setattr_as(&user, d, &size(0))
+        .expect("truncate as user");
+    assert_eq!(perm("/d"), 0o755);
+    // O_TRUNC by a non-root caller.
+    let t = setid("/t", 0o4755);
+    let flags = OpenFlags {
+        write: true,
+        truncate: true,
+        ..OpenFlags::default()
+    };
+    let fh = e.fs.open_as(&user, t, flags).expect("open O_TRUNC");
+    e.fs.release(fh).expect("release");
+    assert_eq!(perm("/t"), 0o755);
+    // Without credentials (FUSE, where the kernel applies the rule) nothing is cleared.
+    let k = setid("/k", 0o6755);
+    let fh = e.fs.open(k, flags).expect("open");
+    e.fs.write(fh, 0, b"x").expect("write");
+    e.fs.release(fh).expect("release");
+    assert_eq!(perm("/k"), 0o6755);
+    // The write stays blind: clearing is part of the stat upsert.
+    let w = setid("/w", 0o4755);
+    let fh =
+        e.fs.open_as(
+            &user,
+            w,
+            OpenFlags {
+                write: true,
+                ..OpenFlags::default()
+            },
+        )
+        .expect("open");
+    let before = e.store.reads();
+    e.fs.write(fh, 0, b"x").expect("write");
+    assert_eq!(
+        e.store.reads(),
+        before,
+        "a write that clears set-id bits reads nothing"
+    );
+    e.fs.release(fh).expect("release");
+    assert_eq!(perm("/w"), 0o755);
+}
+
+/// A store whose media fills up on demand: writes fail as fern-kv-tree reports the engine's
+/// `NoSpace` (`KvError::Io` of kind `StorageFull`).
+struct FullStore {
+    inner: Box<dyn fern_kv::KvStore>,
+    full: std::sync::atomic::AtomicBool,
+}
+
+impl fern_kv::KvRead for FullStore {
+    fn get(&self, t: fern_kv::TreeId, k: &[u8]) -> fern_kv::KvResult<Option<Vec<u8>>> {
+        self.inner.get(t, k)
+    }
+    fn scan(
+        &self,
+        t: fern_kv::TreeId,
+        r: &fern_kv::KeyRange,
+        d: fern_kv::Direction,
+        limit: usize,
+    ) -> fern_kv::KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan(t, r, d, limit)
+    }
+}
+
+impl fern_kv::KvStore for FullStore {
+    fn tree(&self, name: &str) -> fern_kv::KvResult<fern_kv::TreeId> {
+        self.inner.tree(name)
+    }
+    fn write(&self, b: fern_kv::WriteBatch, o: fern_kv::WriteOptions) -> fern_kv::KvResult<()> {
+        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(fern_kv::KvError::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "device full",
+            )));
+        }
+        self.inner.write(b, o)
+    }
+    fn begin(&self) -> fern_kv::KvResult<Box<dyn fern_kv::KvTxn + '_>> {
+        self.inner.begin()
+    }
+    fn sync(&self) -> fern_kv::KvResult<()> {
+        self.inner.sync()
+    }
+    fn limits(&self) -> fern_kv::Limits {
+        self.inner.limits()
+    }
+}
+
+#[test]
+fn storage_full_is_enospc() {
+    let store = std::sync::Arc::new(FullStore {
+        inner: crate::open_store(fern_fs::registry(), fern_kv::Limits::EMBEDDED),
+        full: std::sync::atomic::AtomicBool::new(false),
+    });
+    fern_fs::Fs::mkfs(&*store, fern_fs::MkfsOptions::default()).expect("mkfs");
+    let fs = std::sync::Arc::new(fern_fs::Fs::mount(store.clone()).expect("mount"));
+    let p = fern_fs::path::PathFs::new(fs, fern_fs::Cred::root());
+    let f = p.open(b"/f", rw()).expect("create");
+    store.full.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(err(p.write_at(&f, 0, b"data")), libc::ENOSPC);
+    assert_eq!(err(p.ftruncate(&f, 100)), libc::ENOSPC);
+    store.full.store(false, std::sync::atomic::Ordering::SeqCst);
+    p.write_at(&f, 0, b"data").expect("space again");
+    p.close(f).expect("close");
+    let io = |kind| FsError::Kv(fern_kv::KvError::Io(std::io::Error::from(kind))).errno();
+    assert_eq!(io(std::io::ErrorKind::StorageFull), libc::ENOSPC);
+    assert_eq!(io(std::io::ErrorKind::InvalidData), libc::EIO);
+}
+
+#[test]
+fn statfs_counts_inodes_and_store_space() {
+    let e = env();
+    let used = |s: &fern_fs::StatFs| s.files.checked_sub(s.ffree).expect("ffree <= files");
+    let s0 = e.fs.statfs().expect("statfs");
+    assert_eq!(used(&s0), 1, "a new file system holds the root only");
+    for i in 0..10 {
+        put(&e, &format!("/f{i}"), &[7u8; 5000]);
+    }
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    let s1 = e.fs.statfs().expect("statfs");
+    assert_eq!(
+        used(&s1),
+        12,
+        "one inode per create, not the reserved id batch"
+    );
+    e.fs.syncfs().expect("sync");
+    let s2 = e.fs.statfs().expect("statfs");
+    assert!(s2.bfree <= s2.blocks && s2.bavail == s2.bfree);
+    match fern_kv::KvStore::space_used(&*e.store) {
+        // The figure is the store's own, rounded up to blocks.
+        Some(bytes) => {
+            assert!(bytes > 0);
+            let used_blocks = s2.blocks - s2.bfree;
+            let bs = u64::from(s2.bsize);
+            assert!(used_blocks > 0 && used_blocks.abs_diff(bytes.div_ceil(bs)) <= 64 << 20 >> 12);
+        }
+        None => assert_eq!(s2.bfree, s2.blocks, "unknown space: nothing reported used"),
+    }
+}
+
+#[test]
+fn relatime_reads_write_atime_only_when_stale() {
+    let e = env();
+    put(&e, "/f", b"data");
+    // Just created: atime == mtime, so the first read refreshes it (relatime).
+    let a0 = e.p.stat(b"/f").expect("stat").atime;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert_eq!(get(&e, "/f"), b"data");
+    let a1 = e.p.stat(b"/f").expect("stat").atime;
+    assert!(a1 > a0, "the first read after a change updates atime");
+    // atime is now newer than mtime and ctime and less than a day old: reads leave it.
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    get(&e, "/f");
+    assert_eq!(
+        e.p.stat(b"/f").expect("stat").atime,
+        a1,
+        "no atime write per read"
+    );
+    // A write makes it stale again.
+    put(&e, "/f", b"more");
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    get(&e, "/f");
+    assert!(e.p.stat(b"/f").expect("stat").atime > a1);
+}
+
+#[test]
+fn rename_of_a_directory_costs_the_same_whatever_it_holds() {
+    let e = env();
+    let mut reads = Vec::new();
+    for (i, n) in [10usize, 2000].into_iter().enumerate() {
+        let (a, b) = (format!("/a{i}"), format!("/b{i}"));
+        e.p.mkdir(a.as_bytes(), 0o755).expect("mkdir");
+        e.p.mkdir(b.as_bytes(), 0o755).expect("mkdir");
+        e.p.mkdir(format!("{a}/big").as_bytes(), 0o755)
+            .expect("mkdir");
+        for j in 0..n {
+            e.p.mknod(format!("{a}/big/f{j}").as_bytes(), 0o100644, 0)
+                .expect("mknod");
+        }
+        let before = e.store.reads();
+        e.p.rename(
+            format!("{a}/big").as_bytes(),
+            format!("{b}/big").as_bytes(),
+            0,
+        )
+        .expect("rename");
+        reads.push(e.store.reads() - before);
+        assert_eq!(
+            e.p.read_dir(format!("{b}/big").as_bytes())
+                .expect("list")
+                .len(),
+            n
+        );
+    }
+    assert_eq!(reads[0], reads[1], "reads of a rename: {reads:?}");
+}

@@ -424,6 +424,12 @@ impl KvStore for TreeStore {
     fn limits(&self) -> Limits {
         self.limits
     }
+
+    fn space_used(&self) -> Option<u64> {
+        // Every allocated extent (nodes, block tables, the log region), not the file length:
+        // holes left by freed nodes are reused before the file grows.
+        Some(self.env().stats().file.allocated_bytes)
+    }
 }
 
 /// An optimistic transaction on a [`TreeStore`]: reads go straight to the engine and are

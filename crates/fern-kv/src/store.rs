@@ -84,6 +84,12 @@ pub trait KvStore: KvRead + Send + Sync {
 
     /// What one atomic batch or commit may hold.
     fn limits(&self) -> Limits;
+
+    /// Bytes the store occupies on its media, when the backend can tell without scanning
+    /// (fern-fs reports it as used blocks in statfs). `None`: unknown.
+    fn space_used(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// An optimistic transaction: recorded reads plus a buffered batch. Dropping it without

@@ -123,6 +123,10 @@ impl KvStore for CountingStore {
     fn limits(&self) -> Limits {
         self.inner.limits()
     }
+
+    fn space_used(&self) -> Option<u64> {
+        self.inner.space_used()
+    }
 }
 
 struct CountingTxn<'a> {
