@@ -88,6 +88,25 @@ impl Record {
     }
 }
 
+/// Progress of one workload run over time: cumulative amount done (in the figure's unit
+/// times seconds, e.g. files for files/s, MB for MB/s) at seconds since the timed region began.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    /// Workload id.
+    pub workload: String,
+    /// System name.
+    pub system: String,
+    /// Threads, where the workload has a thread count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+    /// Repetition.
+    pub rep: u32,
+    /// Unit of the rate (`files/s`, `MB/s`).
+    pub unit: String,
+    /// (seconds, cumulative amount), starting at (0, 0); the last point is after the sync.
+    pub points: Vec<(f64, f64)>,
+}
+
 pub(crate) type RowKey = (String, String, String, String, Option<u32>);
 
 /// The median of each (workload, variant, metric, unit, system) over repetitions, with `reps`

@@ -79,6 +79,9 @@ pub struct RunOutput {
     pub notes: Vec<String>,
     /// Tasks that failed.
     pub failures: Vec<String>,
+    /// Progress over time recorded during some workloads (file-system F1 and F5), every
+    /// repetition.
+    pub series: Vec<report::Series>,
 }
 
 impl BenchConfig {

@@ -20,6 +20,7 @@
 pub mod fuse_mount;
 pub mod lib_target;
 pub mod null_fuse;
+pub mod plot;
 pub mod posix;
 pub mod report;
 pub mod runner;

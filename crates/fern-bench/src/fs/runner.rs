@@ -158,6 +158,7 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
                     }
                 }
                 out.samples.extend(t.records);
+                out.series.extend(t.series);
             }
             Err(e) => {
                 let msg = format!("{name}: {e}");

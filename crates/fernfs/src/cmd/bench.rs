@@ -179,6 +179,10 @@ pub struct FsArgs {
     /// Do not pin tasks to CPU 0 with taskset.
     #[arg(long)]
     pub no_pin: bool,
+    /// Write SVG plots into this directory: each figure per system, every system relative to
+    /// the best kernel file system, and throughput over time for F1 and F5.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
@@ -274,6 +278,11 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
     if let Some(path) = &a.json {
         report::write_json(path, &out.medians)?;
         eprintln!("wrote {}", path.display());
+    }
+    if let Some(dir) = &a.plot {
+        let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
+        let files = fs::plot::write_plots(dir, &out.medians, &out.series, &names)?;
+        eprintln!("wrote {} plots into {}", files.len(), dir.display());
     }
     Ok(())
 }
