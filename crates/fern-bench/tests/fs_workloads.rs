@@ -35,6 +35,10 @@ fn tiny() -> FsSizes {
         fern_cache_bytes: CACHE,
         f7_file_bytes: 3 << 20,
         f8_corpus_bytes: 1 << 20,
+        postmark_files: 50,
+        postmark_transactions: 200,
+        postmark_threads: vec![1, 2],
+        apps_files: 40,
     }
 }
 
@@ -58,7 +62,20 @@ fn every_workload_runs_and_checks_clean_on_fernfs_lib() {
     };
     let out = runner::run(&cfg, &mut Silent).unwrap();
     assert!(out.failures.is_empty(), "{:?}", out.failures);
-    for w in FsWorkload::ALL {
+    // F11 and F12 run programs on a mount, which the library target has not: a note says so.
+    for w in ["F11", "F12"] {
+        assert!(
+            out.notes
+                .iter()
+                .any(|n| n.starts_with(w) && n.contains("need a mount")),
+            "{:?}",
+            out.notes
+        );
+    }
+    for w in FsWorkload::ALL
+        .into_iter()
+        .filter(|w| !matches!(w, FsWorkload::F11 | FsWorkload::F12))
+    {
         let rs: Vec<_> = out
             .medians
             .iter()
@@ -250,10 +267,10 @@ fn one_task_reports_only_what_was_asked_and_catches_nothing_wrong() {
 
 #[test]
 fn unknown_and_future_names_are_refused_with_a_hint() {
-    assert!(FsWorkload::parse_list("F11")
+    assert!(FsWorkload::parse_list("F13")
         .unwrap_err()
         .to_string()
-        .contains("not implemented yet"));
+        .contains("F12"));
     assert_eq!(FsWorkload::parse_list("f7").unwrap(), [FsWorkload::F7]);
     assert_eq!(FsWorkload::parse_list("f9").unwrap().len(), 3);
     assert_eq!(FsSystem::parse("xfs").unwrap(), FsSystem::Xfs);
@@ -416,4 +433,90 @@ fn wrong_answers_are_counted_not_hidden() {
     );
     // F9b: rm -r cannot see "f5" files, so their directories cannot be removed: it fails.
     assert!(run(FsScenario::Tree { threads: 1 }, vec![FsWorkload::F9b]).is_err());
+}
+
+/// A plain directory as a "mount" (remount does nothing), so the program-running workloads
+/// can be tested without root or FUSE.
+struct DirGuard(std::path::PathBuf);
+
+impl fern_bench::fs::posix::MountGuard for DirGuard {
+    fn mountpoint(&self) -> &std::path::Path {
+        &self.0
+    }
+    fn remount(&mut self) -> fern_bench::Result<()> {
+        Ok(())
+    }
+    fn teardown(&mut self) -> fern_bench::Result<()> {
+        Ok(())
+    }
+    fn space_used(&self) -> fern_bench::Result<Option<u64>> {
+        Ok(None)
+    }
+}
+
+#[test]
+fn postmark_and_applications_run_on_a_mount_and_are_checked() {
+    let have = |p: &str| {
+        std::process::Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok()
+    };
+    if !["git", "tar", "cp"].iter().all(|p| have(p))
+        || std::process::Command::new("postmark")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .is_err()
+    {
+        println!("SKIPPED: postmark, git, tar or cp missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = |scenario: FsScenario, keeps_data: bool| {
+        let mp = dir
+            .path()
+            .join(format!("mnt-{}-{keeps_data}", scenario.label()));
+        std::fs::create_dir_all(&mp).unwrap();
+        let t = fern_bench::fs::posix::PosixTarget::on_mount(
+            "ext4",
+            Box::new(DirGuard(mp)),
+            "a directory".into(),
+            fern_bench::fs::posix::SyncBy::Syncfs,
+            keeps_data,
+        );
+        let spec = FsTaskSpec {
+            system: "ext4".into(),
+            scenario,
+            workloads: scenario.workloads().to_vec(),
+            sizes: tiny(),
+            dir: dir.path().join(format!("task-{}", scenario.label())),
+            seed: 5,
+            drop_caches: false,
+            rep: 0,
+        };
+        std::fs::create_dir_all(&spec.dir).unwrap();
+        workloads::run_task_on(&spec, Box::new(t)).unwrap()
+    };
+    let out = run(FsScenario::Postmark { threads: 2 }, true);
+    assert_eq!(out.records.len(), 1, "{out:?}");
+    let r = &out.records[0];
+    assert_eq!(
+        (r.workload.as_str(), r.threads, r.errors),
+        ("F11", Some(2), 0)
+    );
+    assert!(r.value > 0.0 && r.unit == "tx/s", "{r:?}");
+    let out = run(FsScenario::Apps, true);
+    let metrics: Vec<(String, u64)> = out
+        .records
+        .iter()
+        .map(|r| (r.metric.clone().unwrap(), r.errors))
+        .collect();
+    assert_eq!(
+        metrics,
+        [
+            ("40 files: untar + sync".to_string(), 0),
+            ("40 files: git status, cold".to_string(), 0),
+            ("40 files: cp -r + sync".to_string(), 0)
+        ]
+    );
 }

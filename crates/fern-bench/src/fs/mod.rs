@@ -60,11 +60,15 @@ pub enum FsWorkload {
     F9c,
     /// chmod + utime of every F1 file.
     F10,
+    /// postmark (mail-server transactions), 1 and 4 concurrent instances.
+    F11,
+    /// Applications: untar of a generated source tree, cold `git status`, `cp -r`.
+    F12,
 }
 
 impl FsWorkload {
     /// Every workload this harness runs, in report order.
-    pub const ALL: [FsWorkload; 12] = [
+    pub const ALL: [FsWorkload; 14] = [
         FsWorkload::F1,
         FsWorkload::F2,
         FsWorkload::F3,
@@ -77,6 +81,8 @@ impl FsWorkload {
         FsWorkload::F9b,
         FsWorkload::F9c,
         FsWorkload::F10,
+        FsWorkload::F11,
+        FsWorkload::F12,
     ];
 
     /// The id, e.g. "F9a".
@@ -94,6 +100,8 @@ impl FsWorkload {
             FsWorkload::F9b => "F9b",
             FsWorkload::F9c => "F9c",
             FsWorkload::F10 => "F10",
+            FsWorkload::F11 => "F11",
+            FsWorkload::F12 => "F12",
         }
     }
 
@@ -110,13 +118,10 @@ impl FsWorkload {
             return Ok(vec![w]);
         }
         let known: Vec<&str> = Self::ALL.iter().map(|w| w.name()).collect();
-        Err(BenchError::Usage(match t.to_ascii_uppercase().as_str() {
-            "F11" | "F12" => format!(
-                "{t} is not implemented yet in `bench fs` (implemented: {})",
-                known.join(", ")
-            ),
-            _ => format!("unknown workload {s:?}; known: {}", known.join(", ")),
-        }))
+        Err(BenchError::Usage(format!(
+            "unknown workload {s:?}; known: {}",
+            known.join(", ")
+        )))
     }
 }
 
@@ -157,6 +162,34 @@ pub struct FsSizes {
     /// Bytes of F8's text-like corpus.
     #[serde(default = "default_f8")]
     pub f8_corpus_bytes: u64,
+    /// postmark's `set number` (files), split over the instances.
+    #[serde(default = "default_pm_files")]
+    pub postmark_files: u64,
+    /// postmark's `set transactions`, split over the instances.
+    #[serde(default = "default_pm_tx")]
+    pub postmark_transactions: u64,
+    /// Concurrent postmark instances of F11.
+    #[serde(default = "default_pm_threads")]
+    pub postmark_threads: Vec<u32>,
+    /// Files of F12's generated source tree.
+    #[serde(default = "default_apps")]
+    pub apps_files: u64,
+}
+
+fn default_pm_files() -> u64 {
+    5_000
+}
+
+fn default_pm_tx() -> u64 {
+    50_000
+}
+
+fn default_pm_threads() -> Vec<u32> {
+    vec![1, 4]
+}
+
+fn default_apps() -> u64 {
+    5_000
 }
 
 fn default_f7() -> u64 {
@@ -187,6 +220,10 @@ impl FsSizes {
             fern_cache_bytes: 128 << 20,
             f7_file_bytes: 4 << 30,
             f8_corpus_bytes: 1 << 30,
+            postmark_files: 100_000,
+            postmark_transactions: 1_000_000,
+            postmark_threads: vec![1, 4],
+            apps_files: 50_000,
         }
     }
 
@@ -203,6 +240,9 @@ impl FsSizes {
             unlink_bytes: 256 << 20,
             f7_file_bytes: 256 << 20,
             f8_corpus_bytes: 64 << 20,
+            postmark_files: 5_000,
+            postmark_transactions: 50_000,
+            apps_files: 5_000,
             ..FsSizes::full()
         }
     }
@@ -221,5 +261,7 @@ impl FsSizes {
         self.tree_files
             .max(self.onedir_files)
             .max(self.rename_files)
+            .max(self.postmark_files)
+            .max(3 * self.apps_files)
     }
 }

@@ -556,6 +556,10 @@ impl FsTarget for PosixTarget {
         self.keeps_data
     }
 
+    fn mount_path(&self) -> Option<PathBuf> {
+        Some(self.root.clone())
+    }
+
     fn space_used(&self) -> Result<Option<u64>> {
         match &self.mount {
             Some(m) => m.space_used(),

@@ -136,7 +136,8 @@ pub fn render(
         s,
         "- sizes: F1/F2/F9b/F10 tree of {} files × {} B (≤ {} per directory; F1 threads {:?}), \
          F4 {} files, F5 {} × {} B into {} MiB, F6 {} × {} B into {} MiB, F7 {} MiB, \
-         F8 {} MiB corpus, F9a {} files, F9c {} MiB; {} repetition(s) (medians), seed {}",
+         F8 {} MiB corpus, F9a {} files, F9c {} MiB, F11 postmark {} files / {} tx (instances \
+         {:?}), F12 {} files; {} repetition(s) (medians), seed {}",
         z.tree_files,
         z.file_bytes,
         z.fanout,
@@ -152,6 +153,10 @@ pub fn render(
         z.f8_corpus_bytes >> 20,
         z.rename_files,
         z.unlink_bytes >> 20,
+        z.postmark_files,
+        z.postmark_transactions,
+        z.postmark_threads,
+        z.apps_files,
         cfg.reps,
         cfg.seed
     );

@@ -82,6 +82,14 @@ impl FsBenchConfig {
                 out.push(s);
             }
         }
+        if self.workloads.contains(&FsWorkload::F11) {
+            for &t in &self.sizes.postmark_threads {
+                out.push(FsScenario::Postmark { threads: t.max(1) });
+            }
+        }
+        if self.workloads.contains(&FsWorkload::F12) {
+            out.push(FsScenario::Apps);
+        }
         out
     }
 

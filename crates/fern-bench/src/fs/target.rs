@@ -77,6 +77,11 @@ pub trait FsTarget: Sync {
     fn keeps_data(&self) -> bool {
         true
     }
+    /// Where the file system is mounted, for workloads that run programs on it (postmark,
+    /// tar, git, cp); `None` for a library-only target.
+    fn mount_path(&self) -> Option<std::path::PathBuf> {
+        None
+    }
     /// Bytes the file system occupies on its device now (kernel file systems: used blocks
     /// as df counts them; fernfs: the image file's allocated blocks), or `None` where that
     /// means nothing (the null FUSE file system).

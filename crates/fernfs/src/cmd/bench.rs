@@ -33,7 +33,7 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Engine workloads E1-E7 and E9: fern-tree against peer engines, same memory budget.
     Engine(EngineArgs),
-    /// File-system workloads (F1-F10): fernfs through its library API and its FUSE mount,
+    /// File-system workloads (F1-F12): fernfs through its library API and its FUSE mount,
     /// beside a null FUSE file system and kernel file systems on loop-mounted images.
     Fs(FsArgs),
     /// Runs one task of `bench fs` in this process (internal).
@@ -146,7 +146,7 @@ pub struct FsArgs {
         default_value = "fernfs-lib,fernfs-fuse,null-fuse,ext4,xfs,btrfs"
     )]
     pub systems: Vec<String>,
-    /// Workloads (F1,F2,F3,F4,F5,F6,F7,F8,F9a,F9b,F9c,F10; F9 = all three; default all).
+    /// Workloads (F1-F8, F9a, F9b, F9c, F10, F11, F12; F9 = all three; default all).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Repetitions (default 3 full, 1 quick); medians are reported.
