@@ -31,7 +31,54 @@ pub fn registry() -> UpdateRegistry {
         FN_STAT,
         Arc::new(|_k: &[u8], old: Option<&[u8]>, arg: &[u8]| apply_stat(old, arg)),
     );
+    // Argument merges: an engine that buffers upserts keeps one pending stat delta per inode
+    // (a directory's mtime/ctime on every create in it, a file's size/mtime on every write)
+    // and one write per block for contiguous small writes, instead of a run every read folds.
+    r.register_merge(FN_STAT, Arc::new(merge_stat));
+    r.register_merge(FN_BLOCK, Arc::new(merge_block));
     r
+}
+
+/// Two block writes as one, when their byte ranges overlap or touch (the newer wins where they
+/// overlap). Other pairs (trims, zeroing, writes with a gap between) are not merged: a gap
+/// would have to be filled with the block's old bytes, which the merge cannot see.
+fn merge_block(older: &[u8], newer: &[u8]) -> Option<Vec<u8>> {
+    let (
+        BlockOp::Write {
+            offset: o1,
+            bytes: b1,
+        },
+        BlockOp::Write {
+            offset: o2,
+            bytes: b2,
+        },
+    ) = (BlockOp::decode(older)?, BlockOp::decode(newer)?)
+    else {
+        return None;
+    };
+    let (s1, e1) = (o1 as usize, o1 as usize + b1.len());
+    let (s2, e2) = (o2 as usize, o2 as usize + b2.len());
+    if s2 > e1 || s1 > e2 {
+        return None;
+    }
+    let lo = s1.min(s2);
+    let mut bytes = vec![0u8; e1.max(e2) - lo];
+    bytes[s1 - lo..e1 - lo].copy_from_slice(b1);
+    bytes[s2 - lo..e2 - lo].copy_from_slice(b2);
+    Some(
+        BlockOp::Write {
+            offset: lo as u32,
+            bytes: &bytes,
+        }
+        .encode(),
+    )
+}
+
+/// Two stat deltas as one (`StatDelta::then`), re-encoded.
+fn merge_stat(older: &[u8], newer: &[u8]) -> Option<Vec<u8>> {
+    let a = StatDelta::decode(older)?;
+    let b = StatDelta::decode(newer)?;
+    Some(a.then(&b)?.encode())
 }
 
 /// A change to one data block.
@@ -252,6 +299,57 @@ impl StatDelta {
         Some(d)
     }
 
+    /// One delta with the effect of `self` followed by `next` on every stat, or `None` when
+    /// there is none (link count changes of opposite signs: saturation at zero makes their
+    /// order matter).
+    pub fn then(&self, next: &StatDelta) -> Option<StatDelta> {
+        let (a, b) = (self, next);
+        // Size: `size` overrides; `size_at_least` raises.
+        let (size_at_least, size) = match (b.size, b.size_at_least) {
+            (Some(v), _) => (None, Some(v)),
+            (None, Some(m)) => match a.size {
+                Some(v) => (None, Some(v.max(m))),
+                None => (Some(a.size_at_least.map_or(m, |x| x.max(m))), None),
+            },
+            (None, None) => (a.size_at_least, a.size),
+        };
+        // Mode: a later `perm` replaces every bit earlier steps set or cleared; clearing
+        // set-id bits after a known `perm` can be computed now, since `perm` sets all 12 bits.
+        let (perm, kill_suid) = match (b.perm, a.perm) {
+            (Some(p), _) => (Some(p), b.kill_suid),
+            (None, Some(p)) => {
+                let mut v = p;
+                for kill in [a.kill_suid, b.kill_suid] {
+                    if kill {
+                        v &= !0o4000;
+                        if v & 0o010 != 0 {
+                            v &= !0o2000;
+                        }
+                    }
+                }
+                (Some(v), false)
+            }
+            (None, None) => (None, a.kill_suid || b.kill_suid),
+        };
+        let nlink_add = match (a.nlink_add, b.nlink_add) {
+            (Some(x), Some(y)) if (x >= 0) == (y >= 0) => Some(x.checked_add(y)?),
+            (Some(_), Some(_)) => return None,
+            (x, y) => y.or(x),
+        };
+        Some(StatDelta {
+            size_at_least,
+            size,
+            perm,
+            uid: b.uid.or(a.uid),
+            gid: b.gid.or(a.gid),
+            kill_suid,
+            nlink_add,
+            atime: b.atime.or(a.atime),
+            mtime: b.mtime.or(a.mtime),
+            ctime: b.ctime.or(a.ctime),
+        })
+    }
+
     /// Applies the delta to a stat.
     pub fn apply(&self, s: &mut Stat) {
         if let Some(v) = self.size_at_least {
@@ -317,6 +415,80 @@ fn apply_stat(old: Option<&[u8]>, arg: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn time() -> impl Strategy<Value = Option<Timespec>> {
+        proptest::option::of((0i64..4, 0u32..3).prop_map(|(sec, nsec)| Timespec { sec, nsec }))
+    }
+
+    fn delta() -> impl Strategy<Value = StatDelta> {
+        let small = || proptest::option::of(0u64..40);
+        (
+            (small(), small(), proptest::option::of(0u32..0o10000)),
+            (
+                proptest::option::of(0u32..3),
+                proptest::option::of(0u32..3),
+                any::<bool>(),
+            ),
+            (proptest::option::of(-2i32..3), time(), time(), time()),
+        )
+            .prop_map(
+                |((sal, size, perm), (uid, gid, kill), (nlink, at, mt, ct))| StatDelta {
+                    size_at_least: sal,
+                    size,
+                    perm,
+                    uid,
+                    gid,
+                    kill_suid: kill,
+                    nlink_add: nlink,
+                    atime: at,
+                    mtime: mt,
+                    ctime: ct,
+                },
+            )
+    }
+
+    proptest! {
+        /// The merge contract: applying the merged delta equals applying both in order, for
+        /// every stat (set-id bits, link counts near zero and sizes included).
+        #[test]
+        fn stat_delta_then_is_sequential_application(
+            a in delta(), b in delta(), mode in 0u32..0o10000, nlink in 0u32..3, size in 0u64..40,
+        ) {
+            let mut s = Stat::new(0o100000 | mode, 1, 1, nlink, Timespec { sec: 9, nsec: 9 });
+            s.size = size;
+            let mut seq = s;
+            a.apply(&mut seq);
+            b.apply(&mut seq);
+            if let Some(c) = a.then(&b) {
+                let mut one = s;
+                c.apply(&mut one);
+                prop_assert_eq!(one, seq);
+                let via_bytes = merge_stat(&a.encode(), &b.encode()).expect("merges");
+                prop_assert_eq!(StatDelta::decode(&via_bytes), Some(c));
+            } else {
+                prop_assert!(a.nlink_add.is_some() && b.nlink_add.is_some());
+            }
+        }
+
+        /// Merged block writes equal the two writes applied in order, on an absent block and on
+        /// blocks shorter and longer than the writes.
+        #[test]
+        fn block_write_merge_is_sequential_application(
+            old in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..24)),
+            o1 in 0u32..16, b1 in proptest::collection::vec(any::<u8>(), 0..8),
+            o2 in 0u32..16, b2 in proptest::collection::vec(any::<u8>(), 0..8),
+        ) {
+            let w1 = BlockOp::Write { offset: o1, bytes: &b1 }.encode();
+            let w2 = BlockOp::Write { offset: o2, bytes: &b2 }.encode();
+            let seq = apply_block(apply_block(old.as_deref(), &w1).as_deref(), &w2);
+            match merge_block(&w1, &w2) {
+                Some(m) => prop_assert_eq!(apply_block(old.as_deref(), &m), seq),
+                // Only a gap between the two ranges refuses.
+                None => prop_assert!(o2 as usize > o1 as usize + b1.len() || o1 as usize > o2 as usize + b2.len()),
+            }
+        }
+    }
 
     #[test]
     fn block_write_creates_zero_filled_and_never_shrinks() {

@@ -88,6 +88,9 @@ fn with_registry(mut opts: Options, registry: &UpdateRegistry) -> Options {
             // fern-kv's UpdateFn and fern-tree's UpsertFn are the same type.
             opts.register_upsert(UpsertId(id.0), Arc::clone(f));
         }
+        if let Some(m) = registry.merge_fn(id) {
+            opts.register_merge(UpsertId(id.0), Arc::clone(m));
+        }
     }
     opts
 }

@@ -22,5 +22,6 @@ pub use error::{KvError, KvResult};
 pub use retry::{transact, RetryPolicy, Retryable};
 pub use store::{KvRead, KvStore, KvTxn};
 pub use types::{
-    Direction, KeyRange, Limits, TreeId, UpdateFn, UpdateFnId, UpdateRegistry, WriteOptions,
+    Direction, KeyRange, Limits, MergeFn, TreeId, UpdateFn, UpdateFnId, UpdateRegistry,
+    WriteOptions,
 };

@@ -32,7 +32,15 @@ pub type UpdateFn = Arc<dyn Fn(&[u8], Option<&[u8]>, &[u8]) -> Option<Vec<u8>> +
 #[derive(Clone, Default)]
 pub struct UpdateRegistry {
     fns: HashMap<UpdateFnId, UpdateFn>,
+    merges: HashMap<UpdateFnId, MergeFn>,
 }
+
+/// An argument merge for an upsert function `f`: `merge(older, newer)` returns an argument `m`
+/// with `f(k, f(k, v, older), newer) == f(k, v, m)` for every key and value (absent included),
+/// or `None` for a pair it cannot merge. Optional: an engine that buffers upserts (fern-tree)
+/// uses it to keep one pending message per key instead of a run every read must fold; a
+/// backend that applies upserts at once ignores it. Identical to fern-tree's `MergeFn`.
+pub type MergeFn = Arc<dyn Fn(&[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
 
 impl UpdateRegistry {
     /// An empty registry.
@@ -46,10 +54,24 @@ impl UpdateRegistry {
         self
     }
 
-    /// Adds every function of `other` (ids of `other` win on collision).
+    /// Registers the argument merge of function `id` (see [`MergeFn`]).
+    pub fn register_merge(&mut self, id: UpdateFnId, f: MergeFn) -> &mut Self {
+        self.merges.insert(id, f);
+        self
+    }
+
+    /// The argument merge of function `id`, if one is registered.
+    pub fn merge_fn(&self, id: UpdateFnId) -> Option<&MergeFn> {
+        self.merges.get(&id)
+    }
+
+    /// Adds every function (and argument merge) of `other` (ids of `other` win on collision).
     pub fn merge(&mut self, other: &UpdateRegistry) -> &mut Self {
         for (id, f) in &other.fns {
             self.fns.insert(*id, Arc::clone(f));
+        }
+        for (id, f) in &other.merges {
+            self.merges.insert(*id, Arc::clone(f));
         }
         self
     }

@@ -4,9 +4,11 @@
 //! it: point messages sorted by (key, MSN), and range deletes in MSN order. The packed bytes are
 //! the partition's uncompressed bytes, so writing a buffer is one compression call.
 
+use std::collections::HashMap;
+
 use crate::error::Result;
 use crate::ids::Msn;
-use crate::msg::{Kind, MsgRef, Op};
+use crate::msg::{coalesce, Coalesced, Kind, MsgRef, Op, UpsertRegistry, DEAD};
 use crate::varint::{get_varint_trusted, Reader};
 
 /// Pending messages for one child.
@@ -17,7 +19,12 @@ pub(crate) struct MsgBuffer {
     ranges: Vec<u32>,
     /// Point messages appended since the last `seal`, not yet in `sorted`.
     pending: Vec<u32>,
+    /// Bytes of messages coalesced into newer ones (marked `DEAD` in `data`, in no index).
+    dead: usize,
 }
+
+/// A buffer compacts its packed bytes once this many bytes, and half of them, are dead.
+const COMPACT_DEAD_BYTES: usize = 16 << 10;
 
 impl MsgBuffer {
     pub(crate) fn new() -> Self {
@@ -25,12 +32,12 @@ impl MsgBuffer {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.data.len() == self.dead
     }
 
-    /// Packed bytes held (what decides which child is flushed).
+    /// Packed bytes of live messages (what decides which child is flushed, and what is written).
     pub(crate) fn bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() - self.dead
     }
 
     pub(crate) fn count(&self) -> usize {
@@ -51,8 +58,7 @@ impl MsgBuffer {
     /// The key of the message at `off` (cheaper than a full decode, for sorting).
     #[inline]
     fn key_at(&self, off: u32) -> &[u8] {
-        let (klen, p) = get_varint_trusted(&self.data, off as usize + 9);
-        &self.data[p..p + klen as usize]
+        key_at(&self.data, off)
     }
 
     fn index(&mut self, off: u32) {
@@ -105,6 +111,133 @@ impl MsgBuffer {
         self.sorted = merged;
     }
 
+    /// `seal`, after first coalescing each message appended since the last seal with the
+    /// previous message for its key where one message can do the work of both
+    /// (`msg::coalesce`), and compacting the packed bytes when many are dead. Messages stay in
+    /// MSN order (invariant N3): a replacement takes the newer message's place and MSN.
+    pub(crate) fn seal_coalescing(&mut self, upserts: &UpsertRegistry) {
+        self.coalesce_pending(upserts);
+        self.seal();
+        if self.dead >= COMPACT_DEAD_BYTES && self.dead * 2 >= self.data.len() {
+            self.compact();
+        }
+    }
+
+    fn coalesce_pending(&mut self, upserts: &UpsertRegistry) {
+        let Some(&first) = self.pending.first() else {
+            return;
+        };
+        let tail = first as usize;
+        // A range delete appended in this round sits between the new point messages; such
+        // rounds are rare, so they are simply not coalesced.
+        if self.ranges.last().is_some_and(|&r| r as usize >= tail) {
+            return;
+        }
+        let mut out: Vec<Option<Slot>> = Vec::with_capacity(self.pending.len());
+        let mut kill: Vec<u32> = Vec::new();
+        {
+            let data = &self.data;
+            let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(self.pending.len());
+            for &off in &self.pending {
+                let m = MsgRef::decode_trusted(data, off as usize);
+                let mut slot = Slot::Here(off);
+                if let Some(&j) = last.get(m.key) {
+                    // The previous message for this key came in this round.
+                    let prev = out[j].as_ref().map(|s| s.view(data));
+                    if let Some(prev) = prev {
+                        match coalesce(&prev, &m, upserts) {
+                            Coalesced::No => {}
+                            Coalesced::DropOlder => out[j] = None,
+                            Coalesced::Replace(b) => {
+                                out[j] = None;
+                                slot = Slot::Made(b);
+                            }
+                        }
+                    }
+                } else {
+                    // The previous message for this key, if any, is the last sealed one; a
+                    // newer range delete covering the key stands between them.
+                    let at = self.sorted.partition_point(|&o| key_at(data, o) <= m.key);
+                    if at > 0 && key_at(data, self.sorted[at - 1]) == m.key {
+                        let prev_off = self.sorted[at - 1];
+                        let prev = MsgRef::decode_trusted(data, prev_off as usize);
+                        let cut = self.ranges.iter().any(|&r| {
+                            let r = MsgRef::decode_trusted(data, r as usize);
+                            r.msn > prev.msn && r.covers(m.key)
+                        });
+                        if !cut {
+                            match coalesce(&prev, &m, upserts) {
+                                Coalesced::No => {}
+                                Coalesced::DropOlder => kill.push(prev_off),
+                                Coalesced::Replace(b) => {
+                                    kill.push(prev_off);
+                                    slot = Slot::Made(b);
+                                }
+                            }
+                        }
+                    }
+                }
+                last.insert(m.key, out.len());
+                out.push(Some(slot));
+            }
+            if kill.is_empty() && out.iter().all(|s| matches!(s, Some(Slot::Here(_)))) {
+                return;
+            }
+            // Rebuild this round's bytes: the surviving messages, in their MSN order.
+            let mut fresh = Vec::with_capacity(data.len() - tail);
+            let mut offs = Vec::with_capacity(out.len());
+            for slot in out.iter().flatten() {
+                offs.push((tail + fresh.len()) as u32);
+                match slot {
+                    Slot::Here(o) => {
+                        let m = MsgRef::decode_trusted(data, *o as usize);
+                        fresh.extend_from_slice(&data[*o as usize..*o as usize + m.len]);
+                    }
+                    Slot::Made(b) => fresh.extend_from_slice(b),
+                }
+            }
+            drop(out);
+            self.data.truncate(tail);
+            self.data.extend_from_slice(&fresh);
+            self.pending = offs;
+        }
+        if !kill.is_empty() {
+            for &o in &kill {
+                let m = MsgRef::decode_trusted(&self.data, o as usize);
+                self.dead += m.len;
+                self.data[o as usize] |= DEAD;
+            }
+            let data = &self.data;
+            self.sorted.retain(|&o| data[o as usize] & DEAD == 0);
+        }
+    }
+
+    /// Drops dead messages from the packed bytes, keeping the live ones in MSN order.
+    fn compact(&mut self) {
+        let mut data = Vec::with_capacity(self.data.len() - self.dead);
+        // (old offset, new offset) in increasing order of both.
+        let mut moved: Vec<(u32, u32)> = Vec::with_capacity(self.count());
+        let mut pos = 0usize;
+        while pos < self.data.len() {
+            let m = MsgRef::decode_trusted(&self.data, pos);
+            if self.data[pos] & DEAD == 0 {
+                moved.push((pos as u32, data.len() as u32));
+                data.extend_from_slice(&self.data[pos..pos + m.len]);
+            }
+            pos += m.len;
+        }
+        let remap = |o: &mut u32| {
+            if let Ok(i) = moved.binary_search_by_key(o, |&(old, _)| old) {
+                *o = moved[i].1;
+            }
+        };
+        self.sorted.iter_mut().for_each(remap);
+        self.ranges.iter_mut().for_each(remap);
+        self.pending.iter_mut().for_each(remap);
+        self.data = data;
+        self.dead = 0;
+    }
+
     /// Appends a new message.
     pub(crate) fn push(&mut self, op: &Op, msn: Msn) {
         let off = self.data.len() as u32;
@@ -137,14 +270,16 @@ impl MsgBuffer {
     /// Every message in MSN order, with its packed bytes.
     pub(crate) fn in_msn_order(&self) -> impl Iterator<Item = (MsgRef<'_>, &[u8])> + '_ {
         let mut pos = 0usize;
-        std::iter::from_fn(move || {
+        std::iter::from_fn(move || loop {
             if pos >= self.data.len() {
                 return None;
             }
             let m = MsgRef::decode_trusted(&self.data, pos);
             let raw = &self.data[pos..pos + m.len];
             pos += m.len;
-            Some((m, raw))
+            if raw[0] & DEAD == 0 {
+                return Some((m, raw));
+            }
         })
     }
 
@@ -194,7 +329,13 @@ impl MsgBuffer {
     /// Serializes as partition bytes: `count u32 | messages`.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&(self.count() as u32).to_le_bytes());
-        out.extend_from_slice(&self.data);
+        if self.dead == 0 {
+            out.extend_from_slice(&self.data);
+        } else {
+            for (_, raw) in self.in_msn_order() {
+                out.extend_from_slice(raw);
+            }
+        }
     }
 
     /// Parses partition bytes from disk, validating every message and the MSN order.
@@ -207,6 +348,7 @@ impl MsgBuffer {
             sorted: Vec::new(),
             ranges: Vec::new(),
             pending: Vec::new(),
+            dead: 0,
         };
         let mut last = Msn(0);
         let mut points = Vec::with_capacity(count.min(raw.len() / 10));
@@ -235,4 +377,26 @@ impl MsgBuffer {
         buf.sorted = points;
         Ok(buf)
     }
+}
+
+/// A message of the round being coalesced: still in the buffer's bytes, or newly made.
+enum Slot {
+    Here(u32),
+    Made(Vec<u8>),
+}
+
+impl Slot {
+    fn view<'a>(&'a self, data: &'a [u8]) -> MsgRef<'a> {
+        match self {
+            Slot::Here(o) => MsgRef::decode_trusted(data, *o as usize),
+            Slot::Made(b) => MsgRef::decode_trusted(b, 0),
+        }
+    }
+}
+
+/// The key of the packed message at `off` of `data`.
+#[inline]
+fn key_at(data: &[u8], off: u32) -> &[u8] {
+    let (klen, p) = get_varint_trusted(data, off as usize + 9);
+    &data[p..p + klen as usize]
 }

@@ -98,6 +98,11 @@ impl Options {
         self.upserts.register(id, f);
     }
 
+    /// Registers the argument merge of upsert function `id` (see [`crate::MergeFn`]).
+    pub fn register_merge(&mut self, id: UpsertId, f: crate::MergeFn) {
+        self.upserts.register_merge(id, f);
+    }
+
     fn validate(&self) -> Result<()> {
         if self.node_bytes < 4096 || self.basement_bytes < 512 || self.fanout < 3 {
             return Err(Error::InvalidArgument(format!(

@@ -34,7 +34,7 @@ pub use cursor::Cursor;
 pub use env::{Durability, Env, Options, Stats, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
-pub use msg::{Op, UpsertFn, UpsertRegistry};
+pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
 pub use tree::TreeReport;
 
 /// Longest key accepted, in bytes.

@@ -22,10 +22,19 @@ use crate::{MAX_KEY_LEN, MAX_VALUE_LEN};
 /// it is applied again to the same inputs and must give the same answer.
 pub type UpsertFn = Arc<dyn Fn(&[u8], Option<&[u8]>, &[u8]) -> Option<Vec<u8>> + Send + Sync>;
 
+/// Merges two arguments of one upsert function into one: given `older` and `newer`, returns an
+/// argument `m` with `f(k, f(k, v, older), newer) == f(k, v, m)` for every key `k` and every
+/// value `v` (absent included), or `None` when no such argument exists for this pair. Must be
+/// deterministic. The engine uses it to keep one message per key in a buffer instead of a
+/// growing run that every read of the key has to fold (a directory's stat upserted by every
+/// create in it, a file's size by every write).
+pub type MergeFn = Arc<dyn Fn(&[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
+
 /// The registered upsert functions of an environment, by stable id.
 #[derive(Clone, Default)]
 pub struct UpsertRegistry {
     fns: HashMap<u32, UpsertFn>,
+    merges: HashMap<u32, MergeFn>,
 }
 
 impl std::fmt::Debug for UpsertRegistry {
@@ -51,6 +60,16 @@ impl UpsertRegistry {
     pub fn contains(&self, id: UpsertId) -> bool {
         self.fns.contains_key(&id.0)
     }
+
+    /// Registers the argument merge of function `id` (see [`MergeFn`] for its contract).
+    pub fn register_merge(&mut self, id: UpsertId, f: MergeFn) {
+        self.merges.insert(id.0, f);
+    }
+
+    /// The argument merge of function `id`, if one is registered.
+    pub(crate) fn merge_fn(&self, id: UpsertId) -> Option<&MergeFn> {
+        self.merges.get(&id.0)
+    }
 }
 
 /// Message kinds as stored on disk.
@@ -62,6 +81,11 @@ pub(crate) enum Kind {
     Upsert = 3,
     RangeDelete = 4,
 }
+
+/// Set on the kind byte of a message that was coalesced into a newer one (see
+/// `MsgBuffer`): it stays in the packed bytes, with its length still decodable, until the
+/// buffer is compacted or written, and no index points at it. Never on disk.
+pub(crate) const DEAD: u8 = 0x80;
 
 impl Kind {
     fn from_byte(b: u8) -> Option<Kind> {
@@ -197,7 +221,7 @@ impl<'a> MsgRef<'a> {
     /// Decodes the message at `pos` of a buffer the engine built or already validated.
     #[inline]
     pub(crate) fn decode_trusted(buf: &'a [u8], pos: usize) -> MsgRef<'a> {
-        let kind = Kind::from_byte(buf[pos]).unwrap_or(Kind::Delete);
+        let kind = Kind::from_byte(buf[pos] & !DEAD).unwrap_or(Kind::Delete);
         let mut msn = [0u8; 8];
         msn.copy_from_slice(&buf[pos + 1..pos + 9]);
         let (klen, p) = get_varint_trusted(buf, pos + 9);
@@ -285,4 +309,63 @@ pub(crate) fn apply(
             }
         }
     })
+}
+
+/// What `coalesce` decided for an older and a newer point message of one key that are
+/// adjacent in one buffer (nothing for that key between them).
+pub(crate) enum Coalesced {
+    /// Keep both.
+    No,
+    /// The newer message alone has the effect of both (it overwrites): drop the older.
+    DropOlder,
+    /// Replace both with this message (it carries the newer MSN).
+    Replace(Vec<u8>),
+}
+
+/// Whether two point messages of one key, `older` then `newer` with nothing between them for
+/// that key, can be replaced by one with the same effect on any row below: an insert or
+/// delete overwrites whatever came before; an upsert folds into an older insert or delete (the
+/// function is applied now instead of at every read); two upserts of one function merge when
+/// it has a merge function that accepts the pair.
+pub(crate) fn coalesce(
+    older: &MsgRef<'_>,
+    newer: &MsgRef<'_>,
+    upserts: &UpsertRegistry,
+) -> Coalesced {
+    debug_assert_eq!(older.key, newer.key);
+    let key = newer.key;
+    let op = match (older.kind, newer.kind) {
+        (_, Kind::Insert | Kind::Delete) => return Coalesced::DropOlder,
+        (Kind::Insert | Kind::Delete, Kind::Upsert) => {
+            let Ok(f) = upserts.get(newer.upsert) else {
+                return Coalesced::No;
+            };
+            let old = (older.kind == Kind::Insert).then_some(older.payload);
+            match f(key, old, newer.payload) {
+                Some(value) if value.len() <= MAX_VALUE_LEN => Op::Insert {
+                    key: key.to_vec(),
+                    value,
+                },
+                Some(_) => return Coalesced::No,
+                None => Op::Delete { key: key.to_vec() },
+            }
+        }
+        (Kind::Upsert, Kind::Upsert) if older.upsert == newer.upsert => {
+            let Some(merge) = upserts.merge_fn(newer.upsert) else {
+                return Coalesced::No;
+            };
+            match merge(older.payload, newer.payload) {
+                Some(arg) if arg.len() <= MAX_VALUE_LEN => Op::Upsert {
+                    key: key.to_vec(),
+                    id: newer.upsert,
+                    arg,
+                },
+                _ => return Coalesced::No,
+            }
+        }
+        _ => return Coalesced::No,
+    };
+    let mut out = Vec::with_capacity(newer.len + 16);
+    op.encode(newer.msn, &mut out);
+    Coalesced::Replace(out)
 }

@@ -256,7 +256,7 @@ fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
                 }
             }
             for b in bufs.iter_mut() {
-                b.get_mut().seal();
+                b.get_mut().seal_coalescing(ctx.upserts);
             }
             // Children replaced by empty leaves that received nothing since: remove them; a
             // neighbour takes the (now empty) key range.

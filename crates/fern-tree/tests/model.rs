@@ -41,6 +41,16 @@ fn options(comp: Compression) -> Options {
     };
     o.register_upsert(ADD, Arc::new(|_k, old, arg| add(old, arg)));
     o.register_upsert(APPEND, Arc::new(|_k, old, arg| append(old, arg)));
+    // ADD's arguments merge (so buffered runs of it coalesce into one message); APPEND has no
+    // merge, so its runs stay and only fold into an older insert or delete.
+    o.register_merge(
+        ADD,
+        Arc::new(|a, b| {
+            let a = u64::from_le_bytes(a.try_into().ok()?);
+            let b = u64::from_le_bytes(b.try_into().ok()?);
+            Some(a.wrapping_add(b).to_le_bytes().to_vec())
+        }),
+    );
     o
 }
 

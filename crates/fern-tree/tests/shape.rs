@@ -152,3 +152,89 @@ fn hot_key_upserts_are_pushed_to_the_leaf() {
     );
     env.close().unwrap();
 }
+
+/// With a merge function registered, consecutive upserts of one key collapse into one buffered
+/// message (and an upsert after an insert folds into it), so a read of a hot key folds one
+/// message per level however often it was written; a range delete between two upserts keeps
+/// them apart. Values stay exact through a reopen.
+#[test]
+fn mergeable_upserts_coalesce_in_buffers() {
+    let add = |old: Option<&[u8]>, arg: &[u8]| -> Option<Vec<u8>> {
+        let a = u64::from_le_bytes(arg.try_into().ok()?);
+        let o = old
+            .and_then(|o| o.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        Some((o + a).to_le_bytes().to_vec())
+    };
+    let options = || {
+        let mut o = Options {
+            cache_bytes: 16 << 20,
+            node_bytes: 1 << 20,
+            ..Options::default()
+        };
+        o.register_upsert(
+            fern_tree::UpsertId(1),
+            Arc::new(move |_k, old, arg| add(old, arg)),
+        );
+        o.register_merge(
+            fern_tree::UpsertId(1),
+            Arc::new(|a, b| {
+                let a = u64::from_le_bytes(a.try_into().ok()?);
+                let b = u64::from_le_bytes(b.try_into().ok()?);
+                Some((a + b).to_le_bytes().to_vec())
+            }),
+        );
+        o
+    };
+    let dev = Arc::new(MemDevice::new());
+    let env = Env::create_on(dev.clone(), options()).unwrap();
+    let t = env.tree("t").unwrap();
+    fill(&env, &t, b'a', 30_000);
+    t.insert(b"folded", &100u64.to_le_bytes()).unwrap();
+    for i in 0..5_000u64 {
+        let mut b = WriteBatch::new();
+        b.upsert(&t, b"hot", fern_tree::UpsertId(1), &1u64.to_le_bytes());
+        b.upsert(&t, b"folded", fern_tree::UpsertId(1), &2u64.to_le_bytes());
+        b.insert(&t, &i.to_be_bytes(), b"x");
+        env.write(b).unwrap();
+    }
+    let report = t.verify().unwrap();
+    assert_eq!(
+        t.get(b"hot").unwrap(),
+        Some(5_000u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        t.get(b"folded").unwrap(),
+        Some(10_100u64.to_le_bytes().to_vec())
+    );
+    for k in [&b"hot"[..], b"folded"] {
+        let pending = t.pending_messages_for(k).unwrap();
+        assert!(
+            pending <= report.height as usize,
+            "{pending} messages for {k:?} still buffered in a tree of height {}",
+            report.height
+        );
+    }
+    // A range delete between two upserts of a key: the later upsert must not merge across it.
+    t.upsert(b"cut", fern_tree::UpsertId(1), &5u64.to_le_bytes())
+        .unwrap();
+    t.delete_range(b"cut", b"cuu").unwrap();
+    t.upsert(b"cut", fern_tree::UpsertId(1), &7u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(t.get(b"cut").unwrap(), Some(7u64.to_le_bytes().to_vec()));
+    env.checkpoint().unwrap();
+    env.close().unwrap();
+    let env = Env::open_on(dev, options()).unwrap();
+    let t = env.tree("t").unwrap();
+    assert_eq!(
+        t.get(b"hot").unwrap(),
+        Some(5_000u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(t.get(b"cut").unwrap(), Some(7u64.to_le_bytes().to_vec()));
+    assert_eq!(
+        t.get(b"folded").unwrap(),
+        Some(10_100u64.to_le_bytes().to_vec())
+    );
+    t.verify().unwrap();
+}
