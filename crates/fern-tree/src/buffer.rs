@@ -133,22 +133,30 @@ impl MsgBuffer {
         if self.ranges.last().is_some_and(|&r| r as usize >= tail) {
             return;
         }
-        let mut out: Vec<Option<Slot>> = Vec::with_capacity(self.pending.len());
+        // This round's messages in MSN order; `None` once coalesced into a later one. A
+        // message that replaced a sealed one takes over its place in `sorted` (the index of
+        // that place rides along): it is the newest for its key, so that place is its place.
+        let mut out: Vec<Option<(Slot, Option<usize>)>> = Vec::with_capacity(self.pending.len());
         let mut kill: Vec<u32> = Vec::new();
+        let mut changed = false;
         {
             let data = &self.data;
             let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(self.pending.len());
             for &off in &self.pending {
                 let m = MsgRef::decode_trusted(data, off as usize);
                 let mut slot = Slot::Here(off);
+                let mut place = None;
                 if let Some(&j) = last.get(m.key) {
                     // The previous message for this key came in this round.
-                    let prev = out[j].as_ref().map(|s| s.view(data));
-                    if let Some(prev) = prev {
-                        match coalesce(&prev, &m, upserts) {
+                    if let Some((prev, prev_place)) = &out[j] {
+                        match coalesce(&prev.view(data), &m, upserts) {
                             Coalesced::No => {}
-                            Coalesced::DropOlder => out[j] = None,
+                            Coalesced::DropOlder => {
+                                place = *prev_place;
+                                out[j] = None;
+                            }
                             Coalesced::Replace(b) => {
+                                place = *prev_place;
                                 out[j] = None;
                                 slot = Slot::Made(b);
                             }
@@ -168,26 +176,36 @@ impl MsgBuffer {
                         if !cut {
                             match coalesce(&prev, &m, upserts) {
                                 Coalesced::No => {}
-                                Coalesced::DropOlder => kill.push(prev_off),
+                                Coalesced::DropOlder => {
+                                    kill.push(prev_off);
+                                    place = Some(at - 1);
+                                }
                                 Coalesced::Replace(b) => {
                                     kill.push(prev_off);
+                                    place = Some(at - 1);
                                     slot = Slot::Made(b);
                                 }
                             }
                         }
                     }
                 }
+                changed |= place.is_some() || matches!(slot, Slot::Made(_));
                 last.insert(m.key, out.len());
-                out.push(Some(slot));
+                out.push(Some((slot, place)));
             }
-            if kill.is_empty() && out.iter().all(|s| matches!(s, Some(Slot::Here(_)))) {
+            if !changed && out.iter().all(Option::is_some) {
                 return;
             }
             // Rebuild this round's bytes: the surviving messages, in their MSN order.
             let mut fresh = Vec::with_capacity(data.len() - tail);
-            let mut offs = Vec::with_capacity(out.len());
-            for slot in out.iter().flatten() {
-                offs.push((tail + fresh.len()) as u32);
+            let mut pending = Vec::with_capacity(out.len());
+            let mut placed = Vec::new();
+            for (slot, place) in out.iter().flatten() {
+                let off = (tail + fresh.len()) as u32;
+                match place {
+                    Some(i) => placed.push((*i, off)),
+                    None => pending.push(off),
+                }
                 match slot {
                     Slot::Here(o) => {
                         let m = MsgRef::decode_trusted(data, *o as usize);
@@ -199,16 +217,15 @@ impl MsgBuffer {
             drop(out);
             self.data.truncate(tail);
             self.data.extend_from_slice(&fresh);
-            self.pending = offs;
-        }
-        if !kill.is_empty() {
-            for &o in &kill {
-                let m = MsgRef::decode_trusted(&self.data, o as usize);
-                self.dead += m.len;
-                self.data[o as usize] |= DEAD;
+            self.pending = pending;
+            for (i, off) in placed {
+                self.sorted[i] = off;
             }
-            let data = &self.data;
-            self.sorted.retain(|&o| data[o as usize] & DEAD == 0);
+        }
+        for &o in &kill {
+            let m = MsgRef::decode_trusted(&self.data, o as usize);
+            self.dead += m.len;
+            self.data[o as usize] |= DEAD;
         }
     }
 
