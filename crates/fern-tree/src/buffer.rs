@@ -327,6 +327,21 @@ impl MsgBuffer {
         end - start
     }
 
+    /// Whether at least `n` (≥ 1) point messages for exactly `key` are buffered: one search and
+    /// one comparison, for the hot-key check every write makes.
+    pub(crate) fn has_at_least_for_key(&self, key: &[u8], n: usize) -> bool {
+        debug_assert!(
+            self.pending.is_empty(),
+            "reading an unsealed buffer (invariant N7)"
+        );
+        let start = self.sorted.partition_point(|&o| self.key_at(o) < key);
+        n >= 1
+            && self
+                .sorted
+                .get(start + n - 1)
+                .is_some_and(|&o| self.key_at(o) == key)
+    }
+
     /// Point messages with keys in `[lo, hi)` (`hi = None`: unbounded), in (key, MSN) order.
     pub(crate) fn points_in<'a>(&'a self, lo: &[u8], hi: Option<&[u8]>, out: &mut Vec<MsgRef<'a>>) {
         debug_assert!(

@@ -298,19 +298,36 @@ fn normalize_basements(
     parts: &mut Vec<Part<Arc<Basement>>>,
     limit: usize,
 ) {
+    // Most pushes leave every basement within bounds: then nothing moves (and no basement is
+    // unshared, which would copy it when a reader or a checkpoint still holds it).
+    let out_of_bounds = |b: &Basement| b.is_empty() || (b.bytes() > limit && b.len() > 1);
+    if !parts
+        .iter()
+        .any(|p| p.get().is_some_and(|b| out_of_bounds(b)))
+    {
+        return;
+    }
     let mut new_parts: Vec<Part<Arc<Basement>>> = Vec::with_capacity(parts.len());
     let mut new_pivots: Vec<Vec<u8>> = Vec::with_capacity(pivots.len());
     for (i, part) in std::mem::take(parts).into_iter().enumerate() {
-        let mut b = Arc::unwrap_or_clone(part.into_inner());
         // The lower bound of this basement, if it is not the leaf's first.
         let mut lower = if i == 0 {
             None
         } else {
             Some(pivots[i - 1].clone())
         };
-        if b.is_empty() {
+        let shared = part.into_inner();
+        if shared.is_empty() {
             continue; // its range is absorbed by the previous basement (or the next, if first)
         }
+        if !out_of_bounds(&shared) {
+            if !new_parts.is_empty() {
+                new_pivots.push(lower.take().unwrap_or_else(|| shared.key(0).to_vec()));
+            }
+            new_parts.push(Part::loaded(shared));
+            continue;
+        }
+        let mut b = Arc::unwrap_or_clone(shared);
         loop {
             let right = if b.bytes() > limit && b.len() > 1 {
                 let at = b.middle();
@@ -399,7 +416,10 @@ fn cool_hot_keys(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()>
             return Ok(());
         };
         let i = child_for(pivots, m.key);
-        if bufs[i].get_mut().count_for_key(m.key) >= hot_key_messages(ctx.shape) {
+        if bufs[i]
+            .get_mut()
+            .has_at_least_for_key(m.key, hot_key_messages(ctx.shape))
+        {
             flush_key_path(ctx, node, m.key)?;
         }
     }
