@@ -40,7 +40,7 @@ use fuser::{
 };
 
 use crate::convert::{errno, file_attr, kind, open_flags, time_set, timespec};
-use crate::options::MountOptions;
+use crate::options::{MountOptions, StatsSource, STATS_XATTR};
 
 /// Entries asked of fern-fs per readdir request: a 4 KiB reply holds about 100 short names.
 const READDIR_BATCH: usize = 128;
@@ -56,6 +56,7 @@ pub struct FernFuse {
     attr_ttl: Duration,
     writeback: bool,
     max_write: u32,
+    stats: StatsSource,
 }
 
 impl FernFuse {
@@ -67,6 +68,7 @@ impl FernFuse {
             attr_ttl: opts.attr_ttl,
             writeback: opts.writeback_cache,
             max_write: opts.max_write,
+            stats: opts.stats.clone(),
         }
     }
 }
@@ -542,14 +544,26 @@ impl Filesystem for FernFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if is_stats_xattr(i, n) {
+            return reply.error(libc_eperm());
+        }
         match self.fs.setxattr(ino(i), name(n), value, flags as u32) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    /// `size == 0` asks for the length only; a value longer than `size` is ERANGE.
+    /// `size == 0` asks for the length only; a value longer than `size` is ERANGE. The root's
+    /// virtual `fernfs.stats` is answered here, from the daemon's engine (see docs/fuse.md);
+    /// it is computed afresh for each request, so a reader asks with a large buffer at once
+    /// rather than size-then-value (the two answers could differ in length).
     fn getxattr(&self, _req: &Request, i: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        if is_stats_xattr(i, n) {
+            return match self.stats.get() {
+                Some(v) => xattr_reply(reply, &v, size),
+                None => reply.error(errno(&FsError::NoData)),
+            };
+        }
         match self.fs.getxattr(ino(i), name(n)) {
             Ok(v) => xattr_reply(reply, &v, size),
             Err(e) => reply.error(errno(&e)),
@@ -571,6 +585,9 @@ impl Filesystem for FernFuse {
     }
 
     fn removexattr(&self, _req: &Request, i: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        if is_stats_xattr(i, n) {
+            return reply.error(libc_eperm());
+        }
         match self.fs.removexattr(ino(i), name(n)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -630,6 +647,15 @@ impl Filesystem for FernFuse {
             Err(e) => reply.error(errno(&e)),
         }
     }
+}
+
+fn is_stats_xattr(i: INodeNo, n: &OsStr) -> bool {
+    ino(i) == InodeId::ROOT && name(n) == STATS_XATTR
+}
+
+/// The virtual stats xattr is read-only.
+fn libc_eperm() -> fuser::Errno {
+    errno(&FsError::Perm)
 }
 
 fn xattr_reply(reply: ReplyXattr, v: &[u8], size: u32) {

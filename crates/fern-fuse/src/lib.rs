@@ -19,5 +19,5 @@ mod options;
 mod session;
 
 pub use adapter::FernFuse;
-pub use options::{parse_size, MountOptions, OptionError};
+pub use options::{parse_size, MountOptions, OptionError, StatsSource, STATS_XATTR};
 pub use session::{fusermount_unmount, lazy_unmount, serve, Mounted, Stopped};

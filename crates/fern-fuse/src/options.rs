@@ -2,6 +2,7 @@
 //! [`MountOptions`], and their translation into fuser's session [`fuser::Config`]. It owns the
 //! defaults and why they are what they are; it must never touch the file system.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
@@ -42,6 +43,48 @@ pub struct MountOptions {
     pub passthrough: Vec<String>,
     /// `fsname` shown in /proc/mounts.
     pub fsname: String,
+    /// Where the virtual `fernfs.stats` xattr of the root gets its value (set by whoever
+    /// opened the store; not a `-o` option).
+    pub stats: StatsSource,
+}
+
+/// Name of the read-only virtual xattr of the root directory that reports live engine figures
+/// (`fernfs stat MOUNTPOINT` reads it). Outside every xattr namespace (`user.`, `trusted.`,
+/// ...), so no stored attribute can have it; FUSE passes such names through to us.
+pub const STATS_XATTR: &[u8] = b"fernfs.stats";
+
+/// A function producing the value of [`STATS_XATTR`] on request (JSON, by convention). The
+/// adapter knows nothing about the engine; the daemon that opened the store supplies this.
+#[derive(Clone, Default)]
+pub struct StatsSource(Option<Arc<dyn Fn() -> Vec<u8> + Send + Sync>>);
+
+impl StatsSource {
+    /// A source calling `f` for every read of the xattr.
+    pub fn new(f: impl Fn() -> Vec<u8> + Send + Sync + 'static) -> Self {
+        StatsSource(Some(Arc::new(f)))
+    }
+
+    /// The current value, or `None` when no source was set.
+    pub fn get(&self) -> Option<Vec<u8>> {
+        self.0.as_ref().map(|f| f())
+    }
+}
+
+impl std::fmt::Debug for StatsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "StatsSource(set)"
+        } else {
+            "StatsSource(none)"
+        })
+    }
+}
+
+impl PartialEq for StatsSource {
+    /// Option comparisons are about parsed `-o` values; every source compares equal.
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
 }
 
 impl Default for MountOptions {
@@ -67,6 +110,7 @@ impl Default for MountOptions {
             cache_size: None,
             passthrough: Vec::new(),
             fsname: "fernfs".into(),
+            stats: StatsSource::default(),
         }
     }
 }

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::blockfile::{BlockFile, BlockFileStats};
+use crate::blockfile::BlockFile;
 use crate::buffer::MsgBuffer;
-use crate::cache::{Cache, CacheStats};
+use crate::cache::Cache;
 use crate::codec::Compression;
 use crate::cursor::Cursor;
 use crate::device::{BlockDevice, FileDevice};
@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::ids::{Lsn, Msn, NodeId, UpsertId};
 use crate::msg::{Op, UpsertFn, UpsertRegistry};
 use crate::node::Node;
+use crate::stats::{self, Counters, Stats};
 use crate::tree::{self, Ctx, Shape};
 use crate::varint::{put_varint, Reader};
 use crate::wal::{self, LogRecord, Region, Wal};
@@ -129,21 +130,6 @@ impl Options {
     }
 }
 
-/// Statistics of an open environment.
-#[derive(Debug, Clone)]
-pub struct Stats {
-    /// Node cache counters.
-    pub cache: CacheStats,
-    /// Block file counters.
-    pub file: BlockFileStats,
-    /// Messages accepted since open.
-    pub messages: u64,
-    /// Device syncs issued by group commit since open.
-    pub log_syncs: u64,
-    /// LSN past the last log record.
-    pub log_end: Lsn,
-}
-
 struct TreeEntry {
     name: String,
     root: NodeId,
@@ -165,6 +151,7 @@ pub(crate) struct Inner {
     cache: Cache,
     bf: Mutex<BlockFile>,
     dev: Arc<dyn BlockDevice>,
+    counters: Arc<Counters>,
     shape: Shape,
     upserts: UpsertRegistry,
     poisoned: Mutex<Option<String>>,
@@ -387,6 +374,7 @@ impl Env {
     /// Creates a new environment on an empty device.
     pub fn create_on(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Env> {
         opts.validate()?;
+        let (dev, counters) = stats::counted(dev);
         let shape = Shape {
             node_bytes: opts.node_bytes,
             basement_bytes: opts.basement_bytes,
@@ -417,7 +405,7 @@ impl Env {
             Lsn(0),
             state.epoch,
         );
-        Ok(Env::assemble(dev, bf, shape, state, wal, opts))
+        Ok(Env::assemble((dev, counters), bf, shape, state, wal, opts))
     }
 
     /// Opens an existing environment on a device and recovers it: the newest valid checkpoint,
@@ -425,6 +413,7 @@ impl Env {
     /// registered functions), then a checkpoint so the replay and the new log epoch are durable
     /// before any new record is appended (W6, W7).
     pub fn open_on(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Env> {
+        let (dev, counters) = stats::counted(dev);
         let opened = BlockFile::open(dev.clone())?;
         let (shape, mut state) = decode_meta(&opened.meta)?;
         if opts.cache_bytes < 4 * shape.node_bytes {
@@ -469,7 +458,7 @@ impl Env {
             .checked_add(1)
             .ok_or_else(|| Error::corrupt("catalog", "log epoch overflow"))?;
         let wal = Wal::new(region, scanned.end, state.epoch);
-        let env = Env::assemble(dev, opened.file, shape, state, wal, opts);
+        let env = Env::assemble((dev, counters), opened.file, shape, state, wal, opts);
         if let Err(e) = env.replay(scanned.records).and_then(|_| env.checkpoint()) {
             // Never checkpoint a half-replayed state on the way out: the log still holds it.
             env.inner.closed.store(true, Ordering::SeqCst);
@@ -479,7 +468,7 @@ impl Env {
     }
 
     fn assemble(
-        dev: Arc<dyn BlockDevice>,
+        (dev, counters): (Arc<dyn BlockDevice>, Arc<Counters>),
         bf: BlockFile,
         shape: Shape,
         state: State,
@@ -491,6 +480,7 @@ impl Env {
             cache: Cache::new(opts.cache_bytes),
             bf: Mutex::new(bf),
             dev,
+            counters,
             shape,
             upserts: opts.upserts,
             poisoned: Mutex::new(None),
@@ -648,6 +638,7 @@ impl Env {
             let msn = Msn(st.next_msn);
             st.next_msn += 1;
             n += 1;
+            self.inner.counters.applied(op);
             match per_tree.iter_mut().find(|(i, _)| *i == idx) {
                 Some((_, b)) => b.push(op, msn),
                 None => {
@@ -886,7 +877,9 @@ impl Env {
         Stats {
             cache: self.inner.cache.stats(),
             file: self.inner.bf.lock().stats(),
+            device: self.inner.counters.device(),
             messages: st.messages,
+            message_bytes: self.inner.counters.message_bytes(),
             log_syncs: self.inner.wal.syncs.load(Ordering::Relaxed),
             log_end: self.inner.wal.end(),
         }

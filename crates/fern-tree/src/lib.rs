@@ -24,6 +24,7 @@ pub mod fuzz;
 mod ids;
 mod msg;
 mod node;
+mod stats;
 mod tree;
 mod varint;
 pub mod wal;
@@ -31,10 +32,11 @@ pub mod wal;
 pub use cache::CacheStats;
 pub use codec::Compression;
 pub use cursor::Cursor;
-pub use env::{Durability, Env, Options, Stats, Tree, WriteBatch};
+pub use env::{Durability, Env, Options, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
+pub use stats::{Backlog, DeviceStats, Stats};
 pub use tree::TreeReport;
 
 /// Longest key accepted, in bytes.

@@ -198,3 +198,86 @@ fn mount_helper_name_parses_mount8_arguments() {
     assert_eq!(out.status.code(), Some(32), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("absent.img"));
 }
+
+fn stat_json(target: &std::ffi::OsStr) -> serde_json::Value {
+    let out = ok(&["stat".as_ref(), target, "--json".as_ref()]);
+    serde_json::from_slice(&out.stdout).expect("stat --json prints JSON")
+}
+
+/// `fernfs stat` of a mount gets live engine figures from the daemon (the root's virtual
+/// `fernfs.stats` xattr): they grow with the work done through the mount, write
+/// amplification is at least 1 once data is synced, and the xattr is read-only. Of an
+/// unmounted image: the backlog and node counts, no per-mount counters.
+#[test]
+fn stat_reports_live_engine_figures_of_a_mount() {
+    if let Err(why) = fuse_available() {
+        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (i, m) = (img.as_os_str(), mnt.as_os_str());
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mkfs".as_ref(), i]);
+    ok(&["mount".as_ref(), i, m]);
+    let before = stat_json(m);
+    let e0 = &before["engine"];
+    assert_eq!(before["read_via"], "mount", "{before}");
+    assert_eq!(e0["counters_since"], "mount", "{before}");
+    for n in 0..300 {
+        fs::write(mnt.join(format!("f{n}")), vec![b'x'; 3000]).unwrap();
+    }
+    // fsync through the mount: the log is synced, so device bytes cover the messages.
+    fs::File::open(mnt.join("f0")).unwrap().sync_all().unwrap();
+    for n in 0..300 {
+        assert_eq!(fs::read(mnt.join(format!("f{n}"))).unwrap().len(), 3000);
+    }
+    let after = stat_json(m);
+    let e = &after["engine"];
+    assert_eq!(after["files"], 300, "{after}");
+    let num = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k}: {v}"));
+    assert!(num(e, "message_bytes") >= 300.0 * 3000.0, "{e}");
+    assert!(num(e, "messages") > num(e0, "messages"), "{e}");
+    assert!(num(e, "device_bytes_written") > num(e0, "device_bytes_written"));
+    let wa = num(e, "write_amplification");
+    assert!((1.0..1000.0).contains(&wa), "write amplification {wa}: {e}");
+    let hits = num(e, "cache_hit_rate");
+    assert!(hits > 0.0 && hits <= 1.0, "{e}");
+    assert!(
+        num(e, "backlog_messages") >= 0.0 && num(e, "live_nodes") >= 1.0,
+        "{e}"
+    );
+    // Text output names every figure.
+    let text = String::from_utf8_lossy(&ok(&["stat".as_ref(), m]).stdout).into_owned();
+    for k in [
+        "cache hit rate:",
+        "write amplif.:",
+        "message backlog:",
+        "nodes:",
+    ] {
+        assert!(text.contains(k), "{k} missing:\n{text}");
+    }
+    assert!(!text.contains("n/a"), "{text}");
+    // The virtual attribute is read-only and does not show up among stored ones.
+    let set = rustix::fs::setxattr(
+        &mnt,
+        fern_fuse::STATS_XATTR,
+        b"x",
+        rustix::fs::XattrFlags::empty(),
+    );
+    assert!(set.is_err(), "fernfs.stats must be read-only");
+    ok(&["umount".as_ref(), m]);
+
+    let img_stat = stat_json(i);
+    let e = &img_stat["engine"];
+    assert_eq!(img_stat["read_via"], "image");
+    assert_eq!(img_stat["files"], 300);
+    assert!(
+        e["write_amplification"].is_null() && e["cache_hit_rate"].is_null(),
+        "{e}"
+    );
+    assert!(e["backlog_messages"].as_u64().is_some(), "{e}");
+    assert!(e["live_nodes"].as_u64().unwrap() >= 1, "{e}");
+}

@@ -104,6 +104,15 @@ fn foreground(
     let image = Image::open(target, opts.cache_size.unwrap_or(DEFAULT_CACHE))?;
     let fs = image.fs()?;
     opts.fsname = target.display().to_string();
+    // The adapter answers the root's `fernfs.stats` xattr from here. A weak handle: the
+    // image's close must find the store unshared to checkpoint and close it.
+    let store = std::sync::Arc::downgrade(&image.store);
+    opts.stats = fern_fuse::StatsSource::new(move || match store.upgrade() {
+        Some(s) => super::stat::engine_figures(&s, true)
+            .to_string()
+            .into_bytes(),
+        None => b"{}".to_vec(),
+    });
     let ready = || {
         if notify {
             let mut out = std::io::stdout();

@@ -1,10 +1,13 @@
-//! `fernfs stat TARGET|MOUNTPOINT`: what an image holds and what it costs on disk — files,
-//! directories, logical bytes against the image's allocated bytes (the space ratio, which
-//! includes compression and the engine's log and free space). An unmounted image is read
-//! through the library API; a mounted one through the mount (its image is locked by the
-//! daemon). Live engine counters (cache hit rate, write amplification, message backlog) need
-//! the daemon to export them and are not reported yet. It must never write to the image
-//! beyond what mounting the core does (freeing orphans).
+//! `fernfs stat TARGET|MOUNTPOINT [--json]`: what an image holds and what it costs — files,
+//! directories, logical bytes against the image's allocated bytes — and the engine's figures:
+//! message backlog and node counts always; cache hit rate and write amplification for a
+//! mounted image, where they describe the running mount (counters start at the mount).
+//!
+//! An unmounted image is opened through the library API. A mounted one is locked by its
+//! daemon, so the namespace is walked through the mount and the engine figures come from the
+//! daemon, as the value of the root's virtual xattr `fernfs.stats` (JSON, made by
+//! [`engine_figures`] inside the daemon on each read; see docs/fuse.md). It must never write
+//! to the image beyond what mounting the core does (freeing orphans).
 
 use std::collections::{HashSet, VecDeque};
 use std::os::unix::fs::MetadataExt;
@@ -12,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use fern_fs::{FileType, InodeId};
+use fern_kv_tree::TreeStore;
+use serde_json::{json, Value};
 
 use super::image::{CmdError, Image, DEFAULT_CACHE};
 use super::mount::mounted_image;
@@ -35,59 +40,159 @@ struct Counts {
     logical_bytes: u64,
 }
 
+/// The engine's figures for `store` as JSON. `live` says the counters describe a running
+/// mount; otherwise they would only describe this command's own open, and the per-mount
+/// figures (hit rate, write amplification, traffic) are `null`.
+pub fn engine_figures(store: &TreeStore, live: bool) -> Value {
+    let env = store.env();
+    let s = env.stats();
+    let (backlog, backlog_error) = match env.backlog() {
+        Ok(b) => (Some(b), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let live_only = |v: Value| if live { v } else { Value::Null };
+    json!({
+        "counters_since": if live { json!("mount") } else { Value::Null },
+        "cache_hit_rate": live_only(json!(s.cache_hit_rate())),
+        "cache_hits": live_only(json!(s.cache.hits)),
+        "cache_misses": live_only(json!(s.cache.misses)),
+        "cache_evictions": live_only(json!(s.cache.evictions)),
+        "cache_nodes": s.cache.nodes,
+        "cache_used_bytes": s.cache.used_bytes,
+        "cache_limit_bytes": s.cache.limit_bytes,
+        "messages": live_only(json!(s.messages)),
+        "message_bytes": live_only(json!(s.message_bytes)),
+        "device_bytes_written": live_only(json!(s.device.bytes_written)),
+        "device_bytes_read": live_only(json!(s.device.bytes_read)),
+        "device_syncs": live_only(json!(s.device.syncs)),
+        "write_amplification": live_only(json!(s.write_amplification())),
+        "backlog_messages": backlog.map(|b| b.messages),
+        "backlog_bytes": backlog.map(|b| b.bytes),
+        "internal_nodes": backlog.map(|b| b.internal_nodes),
+        "backlog_error": backlog_error,
+        "trees": env.tree_names().len(),
+        "live_nodes": s.file.live_nodes,
+        "image_allocated_bytes_engine": s.file.allocated_bytes,
+        "image_free_bytes_engine": s.file.free_bytes,
+    })
+}
+
+/// Reads the daemon's figures from the mount's root.
+fn figures_of_mount(mp: &Path) -> Result<Value, CmdError> {
+    // Each read computes a fresh value, so ask once with a buffer that is surely big enough
+    // (the JSON is well under 4 KiB) instead of size-then-read.
+    let mut buf = vec![0u8; 64 << 10];
+    let n = rustix::fs::getxattr(mp, fern_fuse::STATS_XATTR, &mut buf[..]).map_err(|e| {
+        CmdError::new(format!(
+            "{}: the daemon did not report engine figures ({e}); it may predate \
+             `fernfs.stats` — remount with this fernfs",
+            mp.display()
+        ))
+    })?;
+    serde_json::from_slice(&buf[..n])
+        .map_err(|e| CmdError::new(format!("{}: bad engine figures: {e}", mp.display())))
+}
+
 /// Runs `fernfs stat`.
 pub fn run(args: StatArgs) -> Result<(), CmdError> {
     let target = args
         .target
         .canonicalize()
         .map_err(|e| CmdError::new(format!("{}: {e}", args.target.display())))?;
-    let (image, counts, via) = if target.is_dir() {
+    let (image, counts, engine, via) = if target.is_dir() {
         let image = mounted_image(&target).ok_or_else(|| {
             CmdError::new(format!("{}: no fernfs mounted there", target.display()))
         })?;
-        (image, walk_mount(&target)?, "mount")
+        let engine = figures_of_mount(&target)?;
+        (image, walk_mount(&target)?, engine, "mount")
     } else {
         let img = Image::open(&target, DEFAULT_CACHE)?;
         let fs = img.fs()?;
         let c = walk_image(&fs)?;
         drop(fs);
+        let engine = engine_figures(&img.store, false);
         img.close()?;
-        (target.clone(), c, "image")
+        (target.clone(), c, engine, "image")
     };
     let meta = std::fs::metadata(&image)?;
-    let on_disk = meta.blocks() * 512;
+    // A block device's own metadata says nothing about its size or use; the engine's
+    // allocator does.
+    let (image_bytes, on_disk) = if meta.is_file() {
+        (meta.len(), meta.blocks() * 512)
+    } else {
+        let alloc = engine["image_allocated_bytes_engine"].as_u64().unwrap_or(0);
+        (
+            alloc + engine["image_free_bytes_engine"].as_u64().unwrap_or(0),
+            alloc,
+        )
+    };
     let ratio = if on_disk > 0 {
         counts.logical_bytes as f64 / on_disk as f64
     } else {
         0.0
     };
     if args.json {
-        println!(
-            "{{\"image\":{:?},\"read_via\":\"{via}\",\"directories\":{},\"files\":{},\
-             \"symlinks\":{},\"other\":{},\"logical_bytes\":{},\"image_bytes\":{},\
-             \"image_allocated_bytes\":{on_disk},\"logical_per_allocated\":{ratio:.4}}}",
-            image.display().to_string(),
-            counts.dirs,
-            counts.files,
-            counts.symlinks,
-            counts.other,
-            counts.logical_bytes,
-            meta.len()
-        );
-    } else {
-        println!(
-            "image:              {} (read via the {via})",
-            image.display()
-        );
-        println!("directories:        {}", counts.dirs);
-        println!("regular files:      {}", counts.files);
-        println!("symlinks:           {}", counts.symlinks);
-        println!("other inodes:       {}", counts.other);
-        println!("logical bytes:      {}", counts.logical_bytes);
-        println!("image size:         {}", meta.len());
-        println!("image allocated:    {on_disk}");
-        println!("logical/allocated:  {ratio:.3}");
+        let out = json!({
+            "image": image.display().to_string(),
+            "read_via": via,
+            "directories": counts.dirs,
+            "files": counts.files,
+            "symlinks": counts.symlinks,
+            "other": counts.other,
+            "logical_bytes": counts.logical_bytes,
+            "image_bytes": image_bytes,
+            "image_allocated_bytes": on_disk,
+            "logical_per_allocated": (ratio * 1e4).round() / 1e4,
+            "engine": engine,
+        });
+        println!("{out}");
+        return Ok(());
     }
+    println!(
+        "image:              {} (read via the {via})",
+        image.display()
+    );
+    println!("directories:        {}", counts.dirs);
+    println!("regular files:      {}", counts.files);
+    println!("symlinks:           {}", counts.symlinks);
+    println!("other inodes:       {}", counts.other);
+    println!("logical bytes:      {}", counts.logical_bytes);
+    println!("image size:         {image_bytes}");
+    println!("image allocated:    {on_disk}");
+    println!("logical/allocated:  {ratio:.3}");
+    let num = |k: &str| engine[k].as_f64();
+    let or_na = |v: Option<String>| v.unwrap_or_else(|| "n/a (counted by a mount's daemon)".into());
+    println!(
+        "cache hit rate:     {}",
+        or_na(num("cache_hit_rate").map(|r| format!(
+            "{:.2}% ({} hits, {} misses since mount)",
+            r * 100.0,
+            engine["cache_hits"],
+            engine["cache_misses"]
+        )))
+    );
+    println!(
+        "write amplif.:      {}",
+        or_na(num("write_amplification").map(|w| format!(
+            "{w:.2} ({} device bytes written / {} message bytes)",
+            engine["device_bytes_written"], engine["message_bytes"]
+        )))
+    );
+    match (num("backlog_messages"), num("backlog_bytes")) {
+        (Some(m), Some(b)) => println!(
+            "message backlog:    {m} messages, {b} bytes in {} internal nodes",
+            engine["internal_nodes"]
+        ),
+        _ => println!("message backlog:    unknown ({})", engine["backlog_error"]),
+    }
+    println!(
+        "nodes:              {} live, {} cached ({} of {} cache bytes), {} trees",
+        engine["live_nodes"],
+        engine["cache_nodes"],
+        engine["cache_used_bytes"],
+        engine["cache_limit_bytes"],
+        engine["trees"]
+    );
     Ok(())
 }
 

@@ -1,0 +1,211 @@
+//! Engine figures for tools and operators: the [`Stats`] snapshot of [`Env::stats`] (cheap
+//! counters: cache hits, device traffic, message bytes) and the message backlog of
+//! [`Env::backlog`] (a walk of the internal nodes).
+//!
+//! Owns the counting device wrapper every environment's device goes through, so "bytes
+//! written to the device" counts everything — nodes, block-table and header writes, log
+//! records — whichever layer wrote it. Never: changes what is written or read, or keeps state
+//! that affects the tree.
+//!
+//! Counters start at zero when the environment is opened; they describe this open, not the
+//! image's lifetime. Recovery's replay counts as applied messages (its node writes happen in
+//! this open).
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::blockfile::BlockFileStats;
+use crate::cache::CacheStats;
+use crate::device::BlockDevice;
+use crate::env::Env;
+use crate::error::Result;
+use crate::ids::Lsn;
+use crate::msg::Op;
+use crate::node::Body;
+
+/// Statistics of an open environment (since it was opened).
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// Node cache counters.
+    pub cache: CacheStats,
+    /// Block file counters.
+    pub file: BlockFileStats,
+    /// Traffic on the device (every layer: nodes, tables, headers, log).
+    pub device: DeviceStats,
+    /// Messages accepted since open.
+    pub messages: u64,
+    /// Bytes of those messages as users wrote them: keys, values, upsert arguments and range
+    /// bounds (the denominator of write amplification).
+    pub message_bytes: u64,
+    /// Device syncs issued by group commit since open.
+    pub log_syncs: u64,
+    /// LSN past the last log record.
+    pub log_end: Lsn,
+}
+
+impl Stats {
+    /// Node lookups answered from memory over all node lookups; `None` before any lookup.
+    pub fn cache_hit_rate(&self) -> Option<f64> {
+        let all = self.cache.hits + self.cache.misses;
+        (all > 0).then(|| self.cache.hits as f64 / all as f64)
+    }
+
+    /// Bytes written to the device over bytes of messages users wrote; `None` before any
+    /// message.
+    pub fn write_amplification(&self) -> Option<f64> {
+        (self.message_bytes > 0)
+            .then(|| self.device.bytes_written as f64 / self.message_bytes as f64)
+    }
+}
+
+/// Traffic on an environment's device since open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Write calls.
+    pub writes: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Read calls.
+    pub reads: u64,
+    /// Syncs (fsync / fdatasync).
+    pub syncs: u64,
+}
+
+/// Counters of one environment that the write path and the device wrapper update.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    message_bytes: AtomicU64,
+    bytes_written: AtomicU64,
+    writes: AtomicU64,
+    bytes_read: AtomicU64,
+    reads: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl Counters {
+    /// Counts the user bytes of `op`, applied once.
+    pub(crate) fn applied(&self, op: &Op) {
+        let n = match op {
+            Op::Insert { key, value } => key.len() + value.len(),
+            Op::Delete { key } => key.len(),
+            Op::Upsert { key, arg, .. } => key.len() + arg.len(),
+            Op::DeleteRange { lo, hi } => lo.len() + hi.len(),
+        };
+        self.message_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn message_bytes(&self) -> u64 {
+        self.message_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn device(&self) -> DeviceStats {
+        DeviceStats {
+            bytes_written: self.bytes_written.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            syncs: self.syncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Wraps `dev` so its traffic is counted in the returned counters.
+pub(crate) fn counted(dev: Arc<dyn BlockDevice>) -> (Arc<dyn BlockDevice>, Arc<Counters>) {
+    let counters = Arc::new(Counters::default());
+    let wrapped = CountingDevice {
+        inner: dev,
+        c: counters.clone(),
+    };
+    (Arc::new(wrapped), counters)
+}
+
+#[derive(Debug)]
+struct CountingDevice {
+    inner: Arc<dyn BlockDevice>,
+    c: Arc<Counters>,
+}
+
+impl BlockDevice for CountingDevice {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.c.reads.fetch_add(1, Ordering::Relaxed);
+        self.c
+            .bytes_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.c.writes.fetch_add(1, Ordering::Relaxed);
+        self.c
+            .bytes_written
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.inner.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.c.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.punch_hole(offset, len)
+    }
+}
+
+/// Messages waiting in internal nodes' buffers: written, not yet applied to leaves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Buffered messages.
+    pub messages: u64,
+    /// Their encoded bytes.
+    pub bytes: u64,
+    /// Internal nodes visited (every internal node of every tree).
+    pub internal_nodes: u64,
+    /// Trees visited.
+    pub trees: u64,
+}
+
+impl Env {
+    /// The message backlog of every tree. Reads every internal node (through the cache; leaves
+    /// are never read), so it costs about one node in `fanout` of the tree — fine on request,
+    /// too much for a per-operation counter.
+    pub fn backlog(&self) -> Result<Backlog> {
+        let mut total = Backlog::default();
+        for name in self.tree_names() {
+            let tree = self.tree(&name)?;
+            let b = self.read(&tree, |ctx, root| {
+                let mut b = Backlog::default();
+                let mut stack = vec![root];
+                while let Some(id) = stack.pop() {
+                    let node = ctx.fetch(id)?;
+                    let Body::Internal { children, .. } = &node.body else {
+                        continue;
+                    };
+                    b.internal_nodes += 1;
+                    for i in 0..children.len() {
+                        let (buf, added) = node.buffer(ctx.dev.as_ref(), i)?;
+                        ctx.cache.grew(&node, added);
+                        b.messages += buf.count() as u64;
+                        b.bytes += buf.bytes() as u64;
+                    }
+                    // Children of the lowest internal level are leaves: not read.
+                    if node.height > 1 {
+                        stack.extend(children.iter().copied());
+                    }
+                }
+                Ok(b)
+            })?;
+            total.messages += b.messages;
+            total.bytes += b.bytes;
+            total.internal_nodes += b.internal_nodes;
+            total.trees += 1;
+        }
+        Ok(total)
+    }
+}
