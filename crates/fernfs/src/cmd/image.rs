@@ -1,4 +1,4 @@
-//! Opening a fernfs image (one file holding a fern-tree environment) for the file-system
+//! Opening a fernfs image (one file or block device holding a fern-tree environment) for the file-system
 //! subcommands, and their shared error type. It owns the image lock: whoever has the image
 //! open for writing holds an exclusive `flock` on it, so a second mount, a mkfs over a
 //! mounted image or an fsck of a mounted image is refused instead of corrupting it (the
@@ -102,13 +102,19 @@ impl Image {
             .canonicalize()
             .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
         let lock = lock(&path)?;
-        let store =
-            TreeStore::open(&path, cache_bytes as usize, fern_fs::registry()).map_err(|e| {
-                CmdError::new(format!(
-                    "{}: not a usable fernfs image ({e}); create one with `fernfs mkfs`",
-                    path.display()
-                ))
-            })?;
+        let opened = if super::blockdev::is_block_device(&path) {
+            let dev = super::blockdev::Partition::open(&path, false)
+                .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
+            TreeStore::open_on(Arc::new(dev), cache_bytes as usize, fern_fs::registry())
+        } else {
+            TreeStore::open(&path, cache_bytes as usize, fern_fs::registry())
+        };
+        let store = opened.map_err(|e| {
+            CmdError::new(format!(
+                "{}: not a usable fernfs image ({e}); create one with `fernfs mkfs`",
+                path.display()
+            ))
+        })?;
         Ok(Image {
             store: Arc::new(store),
             path,

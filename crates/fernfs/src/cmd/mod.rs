@@ -1,6 +1,7 @@
 //! One module per subcommand of `fernfs`.
 
 pub mod bench;
+pub mod blockdev;
 pub mod fsck;
 pub mod image;
 pub mod mkfs;

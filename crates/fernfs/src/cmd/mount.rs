@@ -197,9 +197,11 @@ pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
         let mut f = l.split(' ');
         let (src, dir, ty) = (f.next()?, f.next()?, f.next()?);
         // fuser's direct mount(2) reports type "fuse" (the subtype only shows through
-        // fusermount3), so a FUSE mount whose source is an existing file is taken as ours.
+        // fusermount3), so a FUSE mount whose source is an existing file or block device is
+        // taken as ours.
         let src = PathBuf::from(unescape(src));
-        let ours = ty == "fuse.fernfs" || (ty == "fuse" && src.is_file());
+        let ours = ty == "fuse.fernfs"
+            || (ty == "fuse" && (src.is_file() || super::blockdev::is_block_device(&src)));
         (ours && Path::new(&unescape(dir)) == mp).then_some(src)
     })
 }

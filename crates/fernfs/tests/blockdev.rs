@@ -1,0 +1,171 @@
+//! `fernfs mkfs` / `mount` / `fsck` / `stat` on a real block device: a loop device made by the
+//! test with losetup over a sparse file. mkfs formats it; refuses to overwrite it when it holds
+//! fernfs or another recognised file system (ext4 made by mkfs.ext4) unless --force; refuses a
+//! device the kernel has mounted even with --force; and a re-format leaves an empty file system.
+//!
+//! Needs root, /dev/fuse, losetup and mkfs.ext4; otherwise prints SKIPPED and returns. The loop
+//! device is detached and every mount undone by guards, so a failing test leaves nothing.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fernfs"))
+        .args(args)
+        .output()
+        .expect("run fernfs")
+}
+
+fn ok(args: &[&std::ffi::OsStr]) -> Output {
+    let out = fernfs(args);
+    assert!(
+        out.status.success(),
+        "fernfs {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn refused(args: &[&std::ffi::OsStr], says: &str) {
+    let out = fernfs(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "fernfs {args:?} must fail");
+    assert!(
+        err.contains(says),
+        "fernfs {args:?}: expected {says:?} in {err}"
+    );
+}
+
+fn usable() -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("not root (losetup needs it)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is absent".into());
+    }
+    for tool in ["losetup", "mkfs.ext4"] {
+        if Command::new(tool).arg("-V").output().is_err() {
+            return Err(format!("{tool} is not installed"));
+        }
+    }
+    Ok(())
+}
+
+/// A loop device over a sparse file of `size` bytes, detached on drop.
+struct Loop(PathBuf);
+
+impl Loop {
+    fn new(backing: &Path, size: u64) -> Loop {
+        fs::File::create(backing).unwrap().set_len(size).unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        Loop(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).output();
+    }
+}
+
+/// Unmounts on drop (lazily), whatever mounted it.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn mkfs_mount_and_fsck_on_a_loop_device() {
+    if let Err(why) = usable() {
+        eprintln!("SKIPPED: block-device test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let _unmount = Unmount(mnt.clone());
+    let dev = Loop::new(&tmp.path().join("backing"), 160 << 20);
+    let (d, m) = (dev.0.as_os_str(), mnt.as_os_str());
+
+    ok(&["mkfs".as_ref(), d]);
+    refused(&["mkfs".as_ref(), d], "(fernfs); add --force");
+    ok(&["mount".as_ref(), d, m]);
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    fs::write(mnt.join("big"), &big).unwrap();
+    fs::create_dir(mnt.join("dir")).unwrap();
+    fs::write(mnt.join("dir/small"), b"on a block device").unwrap();
+    // The mount is recognised as ours for stat (its source is a device, not a file).
+    let stat = ok(&["stat".as_ref(), m, "--json".as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&stat.stdout).unwrap();
+    assert_eq!(v["files"], 2, "{v}");
+    refused(&["mkfs".as_ref(), d, "--force".as_ref()], "in use");
+    ok(&["umount".as_ref(), m]);
+
+    let fsck = ok(&["fsck".as_ref(), d]);
+    assert!(String::from_utf8_lossy(&fsck.stdout).contains(" 0 problems"));
+    let stat = ok(&["stat".as_ref(), d, "--json".as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&stat.stdout).unwrap();
+    assert!(
+        v["image_allocated_bytes"].as_u64().unwrap() >= 3_000_000 / 4,
+        "{v}"
+    );
+    ok(&["mount".as_ref(), d, m]);
+    assert_eq!(fs::read(mnt.join("big")).unwrap(), big);
+    assert_eq!(
+        fs::read(mnt.join("dir/small")).unwrap(),
+        b"on a block device"
+    );
+    ok(&["umount".as_ref(), m]);
+
+    // Another file system's signature is recognised; a kernel mount blocks even --force.
+    let ext4 = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(d)
+        .output()
+        .unwrap();
+    assert!(ext4.status.success(), "{ext4:?}");
+    refused(&["mkfs".as_ref(), d], "ext");
+    nix::mount::mount(
+        Some(dev.0.as_path()),
+        mnt.as_path(),
+        Some("ext4"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .unwrap();
+    refused(&["mkfs".as_ref(), d, "--force".as_ref()], "in use");
+    nix::mount::umount(mnt.as_path()).unwrap();
+
+    // --force formats it; the old contents are gone and the new file system is clean.
+    ok(&["mkfs".as_ref(), d, "--force".as_ref()]);
+    ok(&["mount".as_ref(), d, m]);
+    let names: Vec<_> = fs::read_dir(&mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(names.is_empty(), "fresh file system lists {names:?}");
+    ok(&["umount".as_ref(), m]);
+    let fsck = ok(&["fsck".as_ref(), d]);
+    assert!(String::from_utf8_lossy(&fsck.stdout).contains(" 0 problems"));
+}
+
+#[test]
+fn too_small_a_device_is_refused_clearly() {
+    if let Err(why) = usable() {
+        eprintln!("SKIPPED: block-device test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = Loop::new(&tmp.path().join("backing"), 8 << 20);
+    refused(&["mkfs".as_ref(), dev.0.as_os_str()], "too small");
+}
