@@ -156,3 +156,40 @@ impl NameCache {
         self.dirs.lock().remove(&dir);
     }
 }
+
+/// Most directory entries [`DirEntries`] remembers before it starts over.
+const MAX_DIR_ENTRIES: usize = 1 << 16;
+
+/// Where the subdirectories this mount has looked up or made are: (parent, name) → (id, stat
+/// location). Path walks (the library API's every call) resolve their directory components
+/// from it without a read. Only directories are kept: their entry never changes while it
+/// exists except by rename or rmdir, which forget it under the parent's lock — the same lock
+/// every fill and every hit takes, so a hit is exactly what the store would answer. Sound only
+/// under the single-writer rule, like [`NameCache`].
+#[derive(Default)]
+pub struct DirEntries {
+    map: Mutex<HashMap<(InodeId, Vec<u8>), (InodeId, Loc)>>,
+}
+
+impl DirEntries {
+    /// The directory `name` in `parent`, if remembered.
+    pub fn get(&self, parent: InodeId, name: &[u8]) -> Option<(InodeId, Loc)> {
+        // The key is built only to probe; directory names are short.
+        self.map.lock().get(&(parent, name.to_vec())).cloned()
+    }
+
+    /// Directory `id` is `name` in `parent`, its stat at `loc`.
+    pub fn put(&self, parent: InodeId, name: &[u8], id: InodeId, loc: Loc) {
+        let mut m = self.map.lock();
+        if m.len() >= MAX_DIR_ENTRIES {
+            // Forgetting costs reads later, never correctness.
+            m.clear();
+        }
+        m.insert((parent, name.to_vec()), (id, loc));
+    }
+
+    /// `name` in `parent` was removed or now names something else.
+    pub fn forget(&self, parent: InodeId, name: &[u8]) {
+        self.map.lock().remove(&(parent, name.to_vec()));
+    }
+}

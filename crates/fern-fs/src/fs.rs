@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use crate::alloc::IdAllocator;
 use crate::attr::{Attr, FileType, Stat, Timespec};
-use crate::cache::{Inodes, Loc, NameCache};
+use crate::cache::{DirEntries, Inodes, Loc, NameCache};
 use crate::error::{FsError, FsResult};
 use crate::ids::{Fh, InodeId};
 use crate::locks::Stripes;
@@ -78,6 +78,7 @@ pub struct Fs {
     pub(crate) locks: Stripes,
     pub(crate) inodes: Inodes,
     pub(crate) names: NameCache,
+    pub(crate) dirents: DirEntries,
     pub(crate) dir_groups: crate::owner::DirGroups,
     pub(crate) handles: Mutex<HashMap<Fh, Handle>>,
     pub(crate) next_fh: AtomicU64,
@@ -138,6 +139,7 @@ impl Fs {
             locks: Stripes::new(),
             inodes: Inodes::default(),
             names: NameCache::default(),
+            dirents: DirEntries::default(),
             dir_groups: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),

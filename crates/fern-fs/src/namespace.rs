@@ -39,8 +39,21 @@ impl Fs {
         let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
         let (loc, inode) = self.resolve(&*self.kv, parent, name, d.clone())?;
         let kind = inode.stat.kind()?;
+        if kind == FileType::Directory {
+            self.dirents.put(parent, name, d.id(), loc.clone());
+        }
         self.inodes.pin(d.id(), loc, kind);
         self.attr_of(d.id(), &inode)
+    }
+
+    /// For path walks: like [`Fs::lookup`] of a directory this mount has already looked up or
+    /// made, answered from memory (pinned like a lookup, no attributes). `None`: not known to
+    /// be a directory here; do a real lookup.
+    pub fn lookup_known_dir(&self, parent: InodeId, name: &[u8]) -> Option<InodeId> {
+        let _g = self.locks.lock(&[parent]);
+        let (id, loc) = self.dirents.get(parent, name)?;
+        self.inodes.pin(id, loc, FileType::Directory);
+        Some(id)
     }
 
     /// Drops `n` lookups of `ino` (FUSE forget).
@@ -186,6 +199,11 @@ impl Fs {
         }
         self.names.insert(parent, name);
         if is_dir {
+            let loc = Loc::Entry {
+                parent,
+                name: name.to_vec(),
+            };
+            self.dirents.put(parent, name, id, loc);
             self.names.new_dir(id);
             self.dir_groups.note(id, &inode.stat);
         }
@@ -327,6 +345,7 @@ impl Fs {
             })?;
             let Some(fate) = fate else { continue };
             self.names.remove(parent, name);
+            self.dirents.forget(parent, name);
             if dir {
                 self.names.drop_dir(id);
             }

@@ -105,6 +105,11 @@ impl PathFs {
                 }
                 continue;
             }
+            if let Some(dir) = self.fs.lookup_known_dir(cur, &comp) {
+                pins.held.push(dir);
+                cur = dir;
+                continue;
+            }
             let attr = self.lookup(pins, cur, &comp)?;
             if attr.kind == FileType::Symlink && (follow || !todo.is_empty()) {
                 links += 1;

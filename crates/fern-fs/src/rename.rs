@@ -156,6 +156,9 @@ impl Fs {
             let Some((moved, dst_fate)) = outcome else {
                 continue;
             };
+            // Both names now lead elsewhere (or nowhere); still under both parents' locks.
+            self.dirents.forget(parent, name);
+            self.dirents.forget(newparent, newname);
             self.inodes
                 .relocate(moved.id(), loc_after(&moved, newparent, newname));
             if exchange {

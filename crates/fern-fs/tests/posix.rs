@@ -1126,3 +1126,43 @@ fn rename_of_a_directory_costs_the_same_whatever_it_holds() {
     }
     assert_eq!(reads[0], reads[1], "reads of a rename: {reads:?}");
 }
+
+/// Path walks answer directory components from memory (the mount's directory-entry cache);
+/// every rename, exchange and rmdir must be seen by the next walk.
+#[test]
+fn path_walks_follow_directory_renames_exchanges_and_removals() {
+    let e = env();
+    e.p.mkdir(b"/a", 0o755).expect("mkdir");
+    e.p.mkdir(b"/a/b", 0o755).expect("mkdir");
+    put(&e, "/a/b/f", b"one");
+    // Renamed away: the old path is gone, the new one leads to the same directory.
+    e.p.rename(b"/a/b", b"/c", 0).expect("rename");
+    assert_eq!(err(e.p.stat(b"/a/b/f")), libc::ENOENT);
+    assert_eq!(get(&e, "/c/f"), b"one");
+    // A new directory under the old name is a different directory.
+    e.p.mkdir(b"/a/b", 0o755).expect("mkdir again");
+    put(&e, "/a/b/g", b"two");
+    assert_eq!(err(e.p.stat(b"/c/g")), libc::ENOENT);
+    // Exchanged: each path now leads to the other directory.
+    e.p.rename(b"/a/b", b"/c", RENAME_EXCHANGE)
+        .expect("exchange");
+    assert_eq!(get(&e, "/a/b/f"), b"one");
+    assert_eq!(get(&e, "/c/g"), b"two");
+    // Replaced by a rename over an empty directory.
+    e.p.mkdir(b"/d", 0o755).expect("mkdir d");
+    e.p.unlink(b"/c/g").expect("unlink");
+    e.p.rename(b"/d", b"/c", 0).expect("rename over empty dir");
+    put(&e, "/c/h", b"three");
+    assert_eq!(err(e.p.stat(b"/d/h")), libc::ENOENT);
+    // Removed: the path no longer resolves, and a file under the same name is not a directory.
+    e.p.unlink(b"/c/h").expect("unlink");
+    e.p.rmdir(b"/c").expect("rmdir");
+    assert_eq!(err(e.p.stat(b"/c/h")), libc::ENOENT);
+    put(&e, "/c", b"file");
+    assert_eq!(err(e.p.stat(b"/c/h")), libc::ENOTDIR);
+    // Moved under another directory: its entries come along.
+    e.p.mkdir(b"/x", 0o755).expect("mkdir x");
+    e.p.rename(b"/a", b"/x/a", 0).expect("move a");
+    assert_eq!(get(&e, "/x/a/b/f"), b"one");
+    assert_eq!(err(e.p.stat(b"/a/b/f")), libc::ENOENT);
+}

@@ -408,7 +408,9 @@ fn flush_key_path(ctx: &Ctx<'_>, node: &mut Node, key: &[u8]) -> Result<()> {
 fn cool_hot_keys(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
     let mut last: Option<&[u8]> = None;
     for (m, _) in msgs.in_msn_order() {
-        if m.kind == Kind::RangeDelete || last == Some(m.key) {
+        // Only upsert runs can grow: an insert or delete replaces the message before it for
+        // its key (buffer coalescing), so a run of them never passes two.
+        if m.kind != Kind::Upsert || last == Some(m.key) {
             continue;
         }
         last = Some(m.key);
