@@ -168,8 +168,11 @@ const MAX_DIR_ENTRIES: usize = 1 << 16;
 /// under the single-writer rule, like [`NameCache`].
 #[derive(Default)]
 pub struct DirEntries {
-    map: Mutex<HashMap<(InodeId, Vec<u8>), (InodeId, Loc)>>,
+    map: Mutex<HashMap<DirKey, (InodeId, Loc)>>,
 }
+
+/// (parent, name) of a directory entry.
+type DirKey = (InodeId, Vec<u8>);
 
 impl DirEntries {
     /// The directory `name` in `parent`, if remembered.
