@@ -288,3 +288,54 @@ fn engine_splits_a_basement_ending_in_a_big_row() {
         Some(100 << 10)
     );
 }
+
+/// A full disk under fern-fs: the engine's `NoSpace` reaches the file system as ENOSPC (not
+/// EIO), through `KvError::Io` of kind `StorageFull`.
+#[test]
+fn a_full_device_is_enospc_in_the_file_system() {
+    let opts = || Options {
+        // No background log flusher: its syncs would shift the device-call count below.
+        sync_interval: None,
+        ..tiny(1 << 20)
+    };
+    let mem = Arc::new(MemDevice::new());
+    {
+        let s =
+            TreeStore::create_on_with(mem.clone(), opts(), fern_fs::registry()).expect("create");
+        Fs::mkfs(&s, MkfsOptions::default()).expect("mkfs");
+        let fs = Arc::new(Fs::mount(Arc::new(s)).expect("mount"));
+        put(&PathFs::new(fs, Cred::root()), "/f", b"before");
+    }
+    // Count the device writes of opening and mounting on a copy; the real device fills up
+    // right after them, so the next device write (the data write's log record) is refused.
+    let mount = |dev: Arc<dyn fern_tree::device::BlockDevice>| {
+        let s = TreeStore::open_on_with(dev, opts(), fern_fs::registry()).expect("open");
+        PathFs::new(
+            Arc::new(Fs::mount(Arc::new(s)).expect("mount")),
+            Cred::root(),
+        )
+    };
+    let probe = Arc::new(FaultyDevice::new(
+        Arc::new(MemDevice::from_bytes(mem.snapshot())),
+        u64::MAX,
+    ));
+    let probed = mount(probe.clone());
+    let calls_to_mount = probe.calls();
+    drop(probed);
+    let full = Arc::new(FaultyDevice::no_space(mem, calls_to_mount));
+    let p = mount(full);
+    let write_only = OpenOptions {
+        flags: OpenFlags {
+            write: true,
+            ..OpenFlags::default()
+        },
+        ..OpenOptions::default()
+    };
+    let f = p.open(b"/f", write_only).expect("open needs no write");
+    // The log record may wait in memory until the sync; one of the two meets the full disk.
+    let e = match p.write_at(&f, 0, b"after") {
+        Ok(_) => p.fsync(&f).expect_err("the device is full"),
+        Err(e) => e,
+    };
+    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+}
