@@ -15,6 +15,7 @@
 
 mod adapter;
 mod convert;
+mod killpriv;
 mod options;
 mod session;
 

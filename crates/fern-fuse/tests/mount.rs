@@ -357,3 +357,195 @@ fn concurrent_clients_in_one_directory() {
     assert_eq!(fs::metadata(&dir).unwrap().nlink(), 2);
     m.unmount().expect("unmount");
 }
+
+/// A store that counts point reads of `security.capability` attributes: the request the
+/// kernel makes before every write unless FUSE_HANDLE_KILLPRIV_V2 is on.
+struct CapsReads {
+    inner: Arc<dyn KvStore>,
+    xattr: fern_kv::TreeId,
+    count: std::sync::atomic::AtomicUsize,
+}
+
+impl fern_kv::KvRead for CapsReads {
+    fn get(&self, tree: fern_kv::TreeId, key: &[u8]) -> fern_kv::KvResult<Option<Vec<u8>>> {
+        if tree == self.xattr && key.ends_with(b"security.capability") {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.get(tree, key)
+    }
+    fn scan(
+        &self,
+        tree: fern_kv::TreeId,
+        range: &fern_kv::KeyRange,
+        dir: fern_kv::Direction,
+        limit: usize,
+    ) -> fern_kv::KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan(tree, range, dir, limit)
+    }
+}
+
+impl KvStore for CapsReads {
+    fn tree(&self, name: &str) -> fern_kv::KvResult<fern_kv::TreeId> {
+        self.inner.tree(name)
+    }
+    fn write(&self, b: fern_kv::WriteBatch, o: fern_kv::WriteOptions) -> fern_kv::KvResult<()> {
+        self.inner.write(b, o)
+    }
+    fn begin(&self) -> fern_kv::KvResult<Box<dyn fern_kv::KvTxn + '_>> {
+        self.inner.begin()
+    }
+    fn sync(&self) -> fern_kv::KvResult<()> {
+        self.inner.sync()
+    }
+    fn limits(&self) -> fern_kv::Limits {
+        self.inner.limits()
+    }
+}
+
+fn mode_of(p: &Path) -> u32 {
+    fs::metadata(p).unwrap().mode() & 0o7777
+}
+
+/// Runs `script` with `sh -c` as nobody (uid/gid 65534) in `dir`, optionally with `stdout`.
+fn as_nobody(dir: &Path, script: &str, stdout: Option<File>) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .uid(65534)
+        .gid(65534);
+    if let Some(f) = stdout {
+        cmd.stdout(f);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "as nobody: {script}: {out:?}");
+}
+
+/// With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves dropping privileges to us: a write, a
+/// truncate or an O_TRUNC open by an unprivileged user clears set-user-id (and set-group-id
+/// when group-executable) and removes file capabilities; root's writes keep them; and writes
+/// no longer make the kernel ask for `security.capability` first.
+#[test]
+fn killpriv_v2_unprivileged_modification_drops_set_id_bits_and_capabilities() {
+    if let Err(why) = fuse_available() {
+        eprintln!("SKIPPED: real FUSE mount test: {why}");
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: killpriv test: needs root to act as another user");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // nobody must reach the mount point.
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let mp = tmp.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
+    let mem: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
+    Fs::mkfs(&*mem, MkfsOptions::default()).unwrap();
+    let xattr = mem.tree("fs.xattr").unwrap();
+    let counted = Arc::new(CapsReads {
+        inner: mem,
+        xattr,
+        count: Default::default(),
+    });
+    let kv: Arc<dyn KvStore> = counted.clone();
+    let fs_ = Arc::new(Fs::mount(kv).unwrap());
+    let opts = MountOptions {
+        allow_other: true,
+        ..MountOptions::default()
+    };
+    let m = Mounted::spawn(fs_, &mp, &opts).expect("FUSE mount");
+    fs::set_permissions(&mp, fs::Permissions::from_mode(0o777)).unwrap();
+
+    let make = |name: &str, mode: u32| {
+        let p = mp.join(name);
+        fs::write(&p, b"0123456789").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        assert_eq!(mode_of(&p), mode, "{name} set up");
+        p
+    };
+    // Writes to a file without privileges cost no capability lookup after the first: the
+    // kernel marks the inode S_NOSEC (SB_NOSEC comes with KILLPRIV_V2). Without it, every
+    // write asks for security.capability first.
+    let plain = make("plain", 0o644);
+    let before = counted.count.load(Ordering::SeqCst);
+    {
+        let mut f = OpenOptions::new().append(true).open(&plain).unwrap();
+        for _ in 0..50 {
+            f.write_all(b"p").unwrap();
+        }
+    }
+    let lookups = counted.count.load(Ordering::SeqCst) - before;
+    assert!(
+        lookups <= 2,
+        "50 writes made {lookups} security.capability lookups: KILLPRIV_V2 not in effect"
+    );
+    // Writes by root (CAP_FSETID) keep the bits.
+    let rootw = make("rootw", 0o4777);
+    OpenOptions::new()
+        .append(true)
+        .open(&rootw)
+        .unwrap()
+        .write_all(b"r")
+        .unwrap();
+    assert_eq!(mode_of(&rootw), 0o4777, "root's write keeps set-uid");
+
+    // Unprivileged writes through handles nobody opened.
+    let suid = make("suid", 0o4777);
+    let sgid_x = make("sgid_x", 0o2777);
+    let sgid_nox = make("sgid_nox", 0o2767);
+    as_nobody(
+        &mp,
+        "printf x >> suid && printf x >> sgid_x && printf x >> sgid_nox",
+        None,
+    );
+    assert_eq!(mode_of(&suid), 0o0777, "write by nobody clears set-uid");
+    assert_eq!(mode_of(&sgid_x), 0o0777, "and group-executable set-gid");
+    assert_eq!(
+        mode_of(&sgid_nox),
+        0o2767,
+        "set-gid without g+x is not a privilege"
+    );
+    assert_eq!(fs::read(&suid).unwrap(), b"0123456789x");
+
+    // An unprivileged write through a handle root opened (inherited descriptor).
+    let inherited = make("inherited", 0o6777);
+    let f = OpenOptions::new().append(true).open(&inherited).unwrap();
+    as_nobody(&mp, "printf y", Some(f));
+    assert_eq!(mode_of(&inherited), 0o0777);
+    assert_eq!(fs::read(&inherited).unwrap(), b"0123456789y");
+
+    // Truncate and O_TRUNC by nobody.
+    let trunc = make("trunc", 0o4777);
+    let otrunc = make("otrunc", 0o4777);
+    as_nobody(&mp, "truncate -s 3 trunc && : > otrunc", None);
+    assert_eq!(
+        (mode_of(&trunc), fs::metadata(&trunc).unwrap().len()),
+        (0o0777, 3)
+    );
+    assert_eq!(
+        (mode_of(&otrunc), fs::metadata(&otrunc).unwrap().len()),
+        (0o0777, 0)
+    );
+
+    // File capabilities (a VFS_CAP_REVISION_2 value granting CAP_NET_BIND_SERVICE) go with
+    // an unprivileged write.
+    let caps = make("caps", 0o0777);
+    let mut cap = Vec::new();
+    for w in [0x0200_0000u32, 1 << 10, 0, 0, 0] {
+        cap.extend_from_slice(&w.to_le_bytes());
+    }
+    set_xattr(&caps, "security.capability", &cap).unwrap();
+    assert!(get_xattr(&caps, "security.capability").is_ok());
+    as_nobody(&mp, "printf z >> caps", None);
+    let gone = get_xattr(&caps, "security.capability").unwrap_err();
+    assert_eq!(
+        gone.raw_os_error(),
+        Some(libc::ENODATA),
+        "capabilities dropped"
+    );
+
+    m.unmount().unwrap();
+}
