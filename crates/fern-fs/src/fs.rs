@@ -63,7 +63,7 @@ pub(crate) struct Handle {
     pub append: bool,
     pub write: bool,
     /// Opened by a caller without root privilege: its writes clear set-id bits. False for
-    /// [`Fs::open`] without credentials (the kernel applies that rule itself over FUSE).
+    /// [`Fs::open`] without credentials (a trusted caller).
     pub kill_suid: bool,
     /// For directory handles: names already returned, indexed by (FUSE offset - 1).
     pub dir_names: Option<Vec<Vec<u8>>>,

@@ -65,7 +65,7 @@ impl Fs {
     }
 
     /// Changes attributes of `ino`; returns the new attributes. Applies no rule that depends
-    /// on the caller (over FUSE the kernel applies them); see [`Fs::setattr_as`].
+    /// on the caller (for trusted callers, or callers that apply them); see [`Fs::setattr_as`].
     pub fn setattr(&self, ino: InodeId, sa: &SetAttr) -> FsResult<Attr> {
         self.setattr_with(ino, sa, false)
     }
@@ -140,7 +140,7 @@ impl Fs {
 
     /// Opens `ino`; the handle keeps the inode (and its data, if it is unlinked) alive until
     /// [`Fs::release`]. Without credentials, writes through the handle keep set-id bits
-    /// (over FUSE the kernel clears them); see [`Fs::open_as`].
+    /// (for trusted callers); see [`Fs::open_as`].
     pub fn open(&self, ino: InodeId, flags: OpenFlags) -> FsResult<Fh> {
         self.open_with(ino, flags, None)
     }

@@ -943,7 +943,7 @@ fn write_and_truncate_by_non_root_clear_setid() {
     let fh = e.fs.open_as(&user, t, flags).expect("open O_TRUNC");
     e.fs.release(fh).expect("release");
     assert_eq!(perm("/t"), 0o755);
-    // Without credentials (FUSE, where the kernel applies the rule) nothing is cleared.
+    // Without credentials (a trusted caller) nothing is cleared.
     let k = setid("/k", 0o6755);
     let fh = e.fs.open(k, flags).expect("open");
     e.fs.write(fh, 0, b"x").expect("write");
