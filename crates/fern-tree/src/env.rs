@@ -185,6 +185,9 @@ impl Inner {
         let ctx = self.ctx();
         let lsn = self.wal.end();
         let result = (|| {
+            // The checkpoint's syncs must cover the log records before it (W5: recovery from
+            // the older checkpoint replays them).
+            self.wal.flush()?;
             for n in ctx.cache.dirty() {
                 ctx.write_node(&n)?;
                 n.set_dirty(false);
@@ -823,6 +826,9 @@ impl Env {
         let (lsn, meta, snapshot) = {
             let st = i.state.write();
             let lsn = i.wal.end();
+            // The checkpoint's syncs must cover the log records before it (W5: recovery from
+            // the older checkpoint replays them).
+            self.poison(i.wal.flush())?;
             let meta = encode_meta(&st, &i.shape);
             let snapshot = i.cache.dirty();
             let r = i.bf.lock().begin_checkpoint();

@@ -400,12 +400,27 @@ struct SyncState {
     failed: Option<String>,
 }
 
+/// Appended records not yet written to the device: one `pwrite` per this many bytes (or per
+/// sync, whichever comes first) instead of one per record. A record in it is not durable and is
+/// lost with the process, exactly like a written but unsynced one is lost with the machine; a
+/// `Sync` commit, `Env::sync`, the periodic flusher and every checkpoint write it out first.
+const TAIL_BYTES: usize = 256 << 10;
+
+/// The append position and the records appended but not yet written.
+struct Tail {
+    /// Next LSN to append.
+    end: u64,
+    /// Framed records from LSN `end - bytes.len()` to `end`.
+    bytes: Vec<u8>,
+}
+
 /// The open log: append position, durable watermark, group commit.
 pub(crate) struct Wal {
     region: Region,
     epoch: u32,
-    /// Next LSN to write; appends hold this lock (and the env's write lock, W2).
-    end: Mutex<u64>,
+    /// Append position and unwritten records; appends hold this lock (and the env's write
+    /// lock, W2).
+    end: Mutex<Tail>,
     /// Every record below this LSN has been written to the device (not necessarily synced).
     written: AtomicU64,
     sync: Mutex<SyncState>,
@@ -418,7 +433,7 @@ impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wal")
             .field("region", &self.region.loc)
-            .field("end", &*self.end.lock())
+            .field("end", &self.end.lock().end)
             .finish()
     }
 }
@@ -429,7 +444,10 @@ impl Wal {
         Wal {
             region,
             epoch,
-            end: Mutex::new(end.0),
+            end: Mutex::new(Tail {
+                end: end.0,
+                bytes: Vec::new(),
+            }),
             written: AtomicU64::new(end.0),
             sync: Mutex::new(SyncState {
                 durable: end.0,
@@ -448,7 +466,7 @@ impl Wal {
 
     /// LSN past the last appended record.
     pub(crate) fn end(&self) -> Lsn {
-        Lsn(*self.end.lock())
+        Lsn(self.end.lock().end)
     }
 
     /// Bytes a record with `payload_len` bytes of payload takes.
@@ -459,7 +477,7 @@ impl Wal {
     /// Whether a record of `payload_len` bytes fits without touching anything at or after
     /// `oldest` (the older checkpoint's LSN, W5).
     pub(crate) fn fits(&self, payload_len: usize, oldest: Lsn) -> bool {
-        let end = *self.end.lock();
+        let end = self.end.lock().end;
         end + Self::framed_len(payload_len) - oldest.0.min(end) <= self.capacity()
     }
 
@@ -472,9 +490,10 @@ impl Wal {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!("log record of {} bytes", payload.len()))
             })?;
-        let mut end = self.end.lock();
+        let mut tail = self.end.lock();
+        let end = tail.end;
         let framed = Self::framed_len(payload.len());
-        if *end + framed - oldest.0.min(*end) > self.capacity() {
+        if end + framed - oldest.0.min(end) > self.capacity() {
             return Err(Error::NoSpace {
                 context: format!(
                     "appending a {framed}-byte log record: the log region ({} bytes) still \
@@ -486,18 +505,38 @@ impl Wal {
         let synced = self.sync.lock().durable;
         let h = FrameHeader {
             len,
-            lsn: Lsn(*end),
+            lsn: Lsn(end),
             synced: Lsn(synced),
             epoch: self.epoch,
             payload_crc: crc32c::crc32c(payload),
         };
-        let mut frame = Vec::with_capacity(framed as usize);
-        frame.extend_from_slice(&encode_frame_header(&h));
-        frame.extend_from_slice(payload);
-        self.region.write(&frame, *end)?;
-        *end += framed;
-        self.written.store(*end, Ordering::Release);
-        Ok(Lsn(*end))
+        tail.bytes.extend_from_slice(&encode_frame_header(&h));
+        tail.bytes.extend_from_slice(payload);
+        tail.end += framed;
+        if tail.bytes.len() >= TAIL_BYTES {
+            self.write_tail(&mut tail)?;
+        }
+        Ok(Lsn(tail.end))
+    }
+
+    /// Writes the appended records still held in memory to the device (not synced).
+    pub(crate) fn flush(&self) -> Result<()> {
+        let mut tail = self.end.lock();
+        self.write_tail(&mut tail)
+    }
+
+    fn write_tail(&self, tail: &mut Tail) -> Result<()> {
+        if tail.bytes.is_empty() {
+            return Ok(());
+        }
+        let start = tail.end - tail.bytes.len() as u64;
+        self.region.write(&tail.bytes, start)?;
+        tail.bytes.clear();
+        if tail.bytes.capacity() > 4 * TAIL_BYTES {
+            tail.bytes.shrink_to(TAIL_BYTES);
+        }
+        self.written.store(tail.end, Ordering::Release);
+        Ok(())
     }
 
     /// Returns once everything below `lsn` is durable: the first waiter to find no sync in
@@ -517,17 +556,23 @@ impl Wal {
                 continue;
             }
             g.syncing = true;
-            // Every write that completed before this load is covered by the sync below.
-            let target = self.written.load(Ordering::Acquire);
             drop(g);
-            self.syncs.fetch_add(1, Ordering::Relaxed);
-            let r = self.region.dev.sync();
+            // Write out what is still in memory, then sync: every write that completed before
+            // the load of `written` is covered by the sync.
+            let r = self.flush().and_then(|()| {
+                let target = self.written.load(Ordering::Acquire);
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                self.region
+                    .dev
+                    .sync()
+                    .map(|()| target)
+                    .map_err(|e| Error::io("syncing the log", e))
+            });
             g = self.sync.lock();
             g.syncing = false;
             match r {
-                Ok(()) => g.durable = g.durable.max(target),
+                Ok(target) => g.durable = g.durable.max(target),
                 Err(e) => {
-                    let e = Error::io("syncing the log", e);
                     g.failed = Some(e.to_string());
                     self.cv.notify_all();
                     return Err(e);
@@ -539,12 +584,13 @@ impl Wal {
 
     /// Makes everything written so far durable.
     pub(crate) fn sync_all(&self) -> Result<()> {
-        self.wait_durable(Lsn(self.written.load(Ordering::Acquire)))
+        self.wait_durable(self.end())
     }
 
-    /// Whether records were written that are not yet durable.
+    /// Whether records were appended that are not yet durable.
     pub(crate) fn has_unsynced(&self) -> bool {
-        self.sync.lock().durable < self.written.load(Ordering::Acquire)
+        let end = self.end().0;
+        self.sync.lock().durable < end
     }
 
     /// Records that a device sync which started after everything below `lsn` was written has
