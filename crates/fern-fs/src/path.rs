@@ -275,7 +275,7 @@ impl PathFs {
             }
         }
         let ino = self.walk(&mut pins, path, true)?;
-        let fh = self.fs.open(ino, opts.flags)?;
+        let fh = self.fs.open_as(&self.cred, ino, opts.flags)?;
         Ok(File { fh, ino })
     }
 
@@ -301,7 +301,8 @@ impl PathFs {
 
     /// ftruncate(2).
     pub fn ftruncate(&self, file: &File, size: u64) -> FsResult<Attr> {
-        self.fs.setattr(
+        self.fs.setattr_as(
+            &self.cred,
             file.ino,
             &SetAttr {
                 size: Some(size),
@@ -370,7 +371,7 @@ impl PathFs {
     pub fn setattr(&self, path: &[u8], sa: &SetAttr) -> FsResult<Attr> {
         let mut pins = self.pins();
         let ino = self.walk(&mut pins, path, true)?;
-        self.fs.setattr(ino, sa)
+        self.fs.setattr_as(&self.cred, ino, sa)
     }
 
     /// Every entry of a directory, with attributes, in name order.

@@ -1166,3 +1166,39 @@ fn path_walks_follow_directory_renames_exchanges_and_removals() {
     assert_eq!(get(&e, "/x/a/b/f"), b"one");
     assert_eq!(err(e.p.stat(b"/a/b/f")), libc::ENOENT);
 }
+
+/// The path API acts as its credentials everywhere: opening an existing file (no O_CREAT),
+/// ftruncate and truncate by a non-root caller clear set-id bits too.
+#[test]
+fn path_api_open_and_truncate_as_user_clear_setid() {
+    let e = env();
+    let u = as_user(&e, 1000, 1000, &[]);
+    let setid = |path: &str| {
+        put(&e, path, b"");
+        e.p.chown(path.as_bytes(), Some(1000), Some(1000))
+            .expect("chown");
+        e.p.chmod(path.as_bytes(), 0o6755).expect("chmod");
+    };
+    let perm = |path: &str| e.p.stat(path.as_bytes()).expect("stat").perm;
+    let write_only = OpenOptions {
+        flags: OpenFlags {
+            write: true,
+            ..OpenFlags::default()
+        },
+        create: false,
+        perm: 0,
+    };
+    setid("/w");
+    let f = u.open(b"/w", write_only).expect("open existing as user");
+    u.write_at(&f, 0, b"x").expect("write");
+    u.close(f).expect("close");
+    assert_eq!(perm("/w"), 0o755);
+    setid("/f");
+    let f = u.open(b"/f", write_only).expect("open");
+    u.ftruncate(&f, 3).expect("ftruncate");
+    u.close(f).expect("close");
+    assert_eq!(perm("/f"), 0o755);
+    setid("/t");
+    u.truncate(b"/t", 3).expect("truncate");
+    assert_eq!(perm("/t"), 0o755);
+}
