@@ -55,6 +55,15 @@ impl FernEngine {
             ..Options::default()
         };
         opts.register_upsert(ADD_U64, Arc::new(add_u64));
+        // Counter adds merge (like RocksDB's merge operands): buffered runs of adds to one key
+        // become one message.
+        opts.register_merge(
+            ADD_U64,
+            Arc::new(|a: &[u8], b: &[u8]| {
+                let sum = decode_counter(Some(a)).wrapping_add(decode_counter(Some(b)));
+                Some(sum.to_le_bytes().to_vec())
+            }),
+        );
         let env = match mode {
             OpenMode::Create => Env::create(&path, opts),
             OpenMode::Reopen => Env::open(&path, opts),
