@@ -149,11 +149,28 @@ pub(crate) fn row_order(records: &[Record]) -> BTreeMap<RowKey, usize> {
         }
     }
     let mut idx: Vec<usize> = (0..seen.len()).collect();
-    idx.sort_by(|&a, &b| seen[a].0.cmp(&seen[b].0).then(a.cmp(&b)));
+    idx.sort_by(|&a, &b| {
+        workload_key(&seen[a].0)
+            .cmp(&workload_key(&seen[b].0))
+            .then(a.cmp(&b))
+    });
     idx.into_iter()
         .enumerate()
         .map(|(rank, i)| (seen[i].clone(), rank))
         .collect()
+}
+
+/// Sort key of a workload id in natural order: F2 before F10, F9a before F9b.
+fn workload_key(id: &str) -> (String, u64, String) {
+    let start = id.find(|c: char| c.is_ascii_digit()).unwrap_or(id.len());
+    let end = id[start..]
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or(id.len(), |i| start + i);
+    (
+        id[..start].to_string(),
+        id[start..end].parse().unwrap_or(0),
+        id[end..].to_string(),
+    )
 }
 
 /// Median (mean of the two middle values for an even count); 0 for none.
@@ -264,6 +281,23 @@ pub fn write_json(path: &Path, records: &[Record]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_follow_natural_workload_order() {
+        let ids = ["F10", "F2", "F9b", "F1", "F9a", "F12"];
+        let recs: Vec<Record> = ids
+            .iter()
+            .map(|w| Record::named(w, "ext4", 1.0, "seconds"))
+            .collect();
+        let order = row_order(&recs);
+        let mut sorted: Vec<(usize, &str)> = recs
+            .iter()
+            .map(|r| (order[&r.row_key()], r.workload.as_str()))
+            .collect();
+        sorted.sort();
+        let got: Vec<&str> = sorted.into_iter().map(|x| x.1).collect();
+        assert_eq!(got, ["F1", "F2", "F9a", "F9b", "F10", "F12"]);
+    }
 
     fn rec(sys: &str, v: f64, unit: &str) -> Record {
         let mut r = Record::new(Workload::E1, sys, v, unit);

@@ -350,10 +350,9 @@ impl PosixTarget {
     ) -> Result<PosixTarget> {
         let m = LoopMount::create(fstype, &dir.join("image"), size, &dir.join("mnt"))?;
         let about = format!(
-            "{system}: loop-mounted {} GiB sparse image ({}, --direct-io=on), default mkfs.{fstype} \
-             and mount options, syscalls via std::fs/libc",
-            size >> 30,
-            m.device().unwrap_or("?")
+            "{system}: loop-mounted {} GiB sparse image (losetup --direct-io=on), default \
+             mkfs.{fstype} and mount options, syscalls via std::fs/libc",
+            size >> 30
         );
         Ok(PosixTarget::on_mount(
             system,
