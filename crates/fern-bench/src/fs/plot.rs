@@ -104,7 +104,14 @@ pub fn write_plots(
     overview(&path, &rows, systems)?;
     written.push(path);
     for rs in &rows {
-        let path = dir.join(format!("fs-{}.svg", slug(rs[0])));
+        // Two figures of one workload may share a metric (F8: bytes and × gzip): the unit
+        // then tells their files apart.
+        let mut path = dir.join(format!("fs-{}.svg", slug(rs[0])));
+        if written.contains(&path) {
+            let mut unit = rs[0].clone();
+            unit.metric = Some(format!("{} {}", unit.metric.unwrap_or_default(), unit.unit));
+            path = dir.join(format!("fs-{}.svg", slug(&unit)));
+        }
         bars(&path, rs)?;
         written.push(path);
     }
@@ -203,12 +210,16 @@ fn overview(path: &Path, rows: &[Vec<&Record>], systems: &[String]) -> Result<()
             .reduce(|a, b| if (a >= b) == higher { a } else { b });
         let mut l = rs[0].workload.clone();
         if let Some(m) = rs[0].metric.as_deref().filter(|m| !m.is_empty()) {
-            let short: String = m.chars().take(34).collect();
+            let short: String = m.chars().take(30).collect();
             l.push(' ');
             l.push_str(&short);
         }
         if let Some(t) = rs[0].threads {
             l.push_str(&format!(" {t}t"));
+        }
+        let unit = &rs[0].unit;
+        if !unit.ends_with("/s") && unit != "seconds" {
+            l.push_str(&format!(" [{unit}]"));
         }
         labels.push(l);
         let Some(best) = best else { continue };
@@ -420,8 +431,13 @@ mod tests {
             unit: "files/s".into(),
             points: vec![(0.0, 0.0), (0.5, 30.0), (1.0, 50.0)],
         };
+        let mut e = Record::named("F8", "ext4", 1e6, "bytes");
+        e.metric = Some("corpus".into());
+        let mut f = e.clone();
+        f.unit = "x gzip -5".into();
+        f.value = 3.0;
         let systems = vec!["fernfs-lib".to_string(), "ext4".to_string()];
-        let files = write_plots(dir.path(), &[a, b, c, d], &[s], &systems).unwrap();
+        let files = write_plots(dir.path(), &[a, b, c, d, e, f], &[s], &systems).unwrap();
         let names: Vec<String> = files
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -432,6 +448,8 @@ mod tests {
                 "fs-overview.svg",
                 "fs-f1-1t.svg",
                 "fs-f6-1000-4-b-fsync-cold.svg",
+                "fs-f8-corpus.svg",
+                "fs-f8-corpus-x-gzip-5.svg",
                 "fs-f1-1t-over-time.svg"
             ]
         );
