@@ -59,7 +59,17 @@ fn every_workload_runs_and_checks_clean_on_fernfs_lib() {
         drop_caches: false,
         isolation: Isolation::InProcess,
         pin: false,
+        mem_cap: None,
     };
+    // A memory cap needs child processes: refused in-process, clearly.
+    let capped = FsBenchConfig {
+        mem_cap: Some(64 << 20),
+        ..cfg.clone()
+    };
+    assert!(runner::run(&capped, &mut Silent)
+        .unwrap_err()
+        .to_string()
+        .contains("child processes"));
     let out = runner::run(&cfg, &mut Silent).unwrap();
     assert!(out.failures.is_empty(), "{:?}", out.failures);
     // F11 and F12 run programs on a mount, which the library target has not: a note says so.

@@ -138,7 +138,9 @@ impl LoopMount {
         }
         let mp = self.mountpoint.to_string_lossy().into_owned();
         let mut last = None;
-        for _ in 0..20 {
+        // Up to 10 s: once seen failing with EBUSY for over 2 s right after a 256 MiB file was
+        // fsynced and closed on XFS (nothing of ours was open), on this busy shared machine.
+        for _ in 0..50 {
             match run("umount", &[&mp]) {
                 Ok(_) => {
                     self.mounted = false;
@@ -146,9 +148,25 @@ impl LoopMount {
                 }
                 Err(e) => last = Some(e),
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        Err(last.unwrap_or_else(|| BenchError::Usage(format!("umount {mp} failed"))))
+        // Name who holds it, so the failure can be understood.
+        let holders = Command::new("fuser")
+            .args(["-vm", &mp])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stderr)
+                    .trim()
+                    .replace('\n', "; ")
+            })
+            .unwrap_or_default();
+        Err(match last {
+            Some(e) if !holders.is_empty() => {
+                BenchError::Usage(format!("{e} (holders: {holders})"))
+            }
+            Some(e) => e,
+            None => BenchError::Usage(format!("umount {mp} failed")),
+        })
     }
 
     /// Unmounts and mounts again (cold metadata and data).

@@ -179,6 +179,15 @@ pub fn render(
             ", page cache NOT dropped"
         }
     );
+    if let Some(cap) = cfg.mem_cap {
+        let _ = writeln!(
+            s,
+            "- memory cap: {} MiB per task (cgroup v1 memory.limit_in_bytes, FUSE daemon and \
+             programs inside; fernfs node cache {} MiB)",
+            cap >> 20,
+            z.fern_cache_bytes >> 20
+        );
+    }
     for k in skipped {
         let _ = writeln!(s, "- {k}");
     }

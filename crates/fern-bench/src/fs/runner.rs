@@ -36,6 +36,78 @@ pub struct FsBenchConfig {
     pub isolation: Isolation,
     /// Pin each child process to CPU 0 with `taskset -c 0` (when taskset exists).
     pub pin: bool,
+    /// Memory cap of every task, bytes: a cgroup v1 memory limit holding the task process and
+    /// everything it starts (FUSE daemon, postmark, tar, ...). Needs subprocess isolation.
+    pub mem_cap: Option<u64>,
+}
+
+/// Environment variable naming the cgroup a task child joins before anything else.
+pub const CGROUP_ENV: &str = "FERNFS_BENCH_CGROUP";
+/// Where the cgroup v1 memory controller is mounted.
+const MEMCG_ROOT: &str = "/sys/fs/cgroup/memory";
+
+/// A cgroup v1 memory cgroup made for one run, removed when dropped.
+pub struct MemCap {
+    path: PathBuf,
+}
+
+impl MemCap {
+    /// Makes `/sys/fs/cgroup/memory/fernfs-bench-PID` limited to `bytes` (memory.limit_in_bytes;
+    /// page cache is charged too, so a cold read really reads). Removes the cgroups of runs
+    /// that died first.
+    pub fn create(bytes: u64) -> Result<MemCap> {
+        let root = Path::new(MEMCG_ROOT);
+        if !root.join("memory.limit_in_bytes").exists() {
+            return Err(BenchError::Usage(format!(
+                "--mem-cap needs the cgroup v1 memory controller at {MEMCG_ROOT}"
+            )));
+        }
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let dead = name
+                    .strip_prefix("fernfs-bench-")
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+                if dead {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let path = root.join(format!("fernfs-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&path).map_err(|e| {
+            BenchError::Usage(format!(
+                "cannot make {} (--mem-cap needs root): {e}",
+                path.display()
+            ))
+        })?;
+        let cap = MemCap { path };
+        std::fs::write(cap.path.join("memory.limit_in_bytes"), bytes.to_string())?;
+        Ok(cap)
+    }
+
+    /// The cgroup's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for MemCap {
+    fn drop(&mut self) {
+        // Every task has exited by now; an empty cgroup can be removed.
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// Moves this process into the cgroup named by [`CGROUP_ENV`], if set: everything it starts
+/// afterwards is inside too.
+pub fn join_cgroup_from_env() -> Result<()> {
+    let Some(cg) = std::env::var_os(CGROUP_ENV) else {
+        return Ok(());
+    };
+    let procs = Path::new(&cg).join("cgroup.procs");
+    std::fs::write(&procs, std::process::id().to_string())
+        .map_err(|e| BenchError::Usage(format!("cannot join cgroup {}: {e}", procs.display())))
 }
 
 /// Whether `taskset` can be used to pin tasks.
@@ -138,6 +210,17 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
         }
     }
     std::fs::create_dir_all(&cfg.dir)?;
+    let cap = match cfg.mem_cap {
+        Some(bytes) => {
+            if matches!(cfg.isolation, Isolation::InProcess) {
+                return Err(BenchError::Usage(
+                    "a memory cap needs tasks in child processes".into(),
+                ));
+            }
+            Some(MemCap::create(bytes)?)
+        }
+        None => None,
+    };
     let tasks = cfg.plan();
     progress.start(tasks.len());
     let pin = cfg.pin && taskset_available();
@@ -148,7 +231,7 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
         let result = match &cfg.isolation {
             Isolation::InProcess => workloads::run_task(task),
             Isolation::Subprocess { program, args } => {
-                run_child(program, args, pin, task, &cfg.dir)
+                run_child(program, args, pin, cap.as_ref(), task, &cfg.dir)
             }
         };
         for what in posix::cleanup_leftovers(&task.dir) {
@@ -185,6 +268,7 @@ fn run_child(
     program: &Path,
     args: &[OsString],
     pin: bool,
+    cap: Option<&MemCap>,
     task: &FsTaskSpec,
     scratch: &Path,
 ) -> Result<FsTaskOutput> {
@@ -203,6 +287,9 @@ fn run_child(
     } else {
         Command::new(program)
     };
+    if let Some(c) = cap {
+        cmd.env(CGROUP_ENV, c.path());
+    }
     let status = cmd
         .args(args)
         .arg("--spec")
@@ -235,6 +322,7 @@ fn run_child(
 /// The child side: runs the task described by `spec_json` and writes its output to `out`.
 pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
     posix::ignore_interrupts();
+    join_cgroup_from_env()?;
     let spec: FsTaskSpec = serde_json::from_str(spec_json)?;
     let output = workloads::run_task(&spec)?;
     std::fs::write(out, serde_json::to_string(&output)?)?;

@@ -179,6 +179,10 @@ pub struct FsArgs {
     /// Do not pin tasks to CPU 0 with taskset.
     #[arg(long)]
     pub no_pin: bool,
+    /// Memory cap, MiB: a cgroup v1 memory limit holding each task with its FUSE daemon and
+    /// programs (needs root); fernfs's node cache is set to the same budget.
+    #[arg(long)]
+    pub mem_cap_mib: Option<u64>,
     /// Write SVG plots into this directory: each figure per system, every system relative to
     /// the best kernel file system, and throughput over time for F1 and F5.
     #[arg(long)]
@@ -203,6 +207,10 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
     }
     if let Some(m) = a.unlink_mib {
         sizes.unlink_bytes = m.max(1) << 20;
+    }
+    if let Some(m) = a.mem_cap_mib {
+        // WORKLOADS.md: under a memory cap the engine's own cache gets the same budget.
+        sizes.fern_cache_bytes = m.max(16) << 20;
     }
     let mut workloads = Vec::new();
     for w in &a.workloads {
@@ -258,6 +266,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
             args: vec![OsString::from("bench"), OsString::from("fs-task")],
         },
         pin: !a.no_pin,
+        mem_cap: a.mem_cap_mib.map(|m| m.max(16) << 20),
     };
     let pinned = cfg.pin && fs::runner::taskset_available();
     let mut progress = Bar::new();
