@@ -108,7 +108,12 @@ impl Filesystem for FernFuse {
     ///   serializes on its own stripe locks where it must).
     /// * DO_READDIRPLUS + READDIRPLUS_AUTO: a listing returns attributes too, saving one lookup
     ///   per entry for `ls -l`-style scans; the kernel switches it off for plain listings.
-    /// * ATOMIC_O_TRUNC: open(O_TRUNC) is one request (fern-fs truncates in `open`).
+    /// * Not ATOMIC_O_TRUNC: with it the kernel forwards O_TRUNC in OPEN and we truncate at
+    ///   once, but for open(O_RDONLY|O_TRUNC) it checks for a running executable (ETXTBSY)
+    ///   only *after* our reply: the executable was already truncated, its process died of
+    ///   SIGBUS, and open then succeeded or failed at random (pjdfstest's `open::etxtbsy`
+    ///   flake). Without it the kernel checks first and truncates with a SETATTR: one more
+    ///   request for opening an existing file with O_TRUNC.
     /// * CACHE_SYMLINKS: symlink targets never change, so the kernel may cache them.
     /// * HANDLE_KILLPRIV_V2: we drop set-id bits and file capabilities on write, truncate and
     ///   chown (`killpriv`). The kernel then sets SB_NOSEC, so once it has seen that a file
@@ -120,7 +125,6 @@ impl Filesystem for FernFuse {
         let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.writeback {

@@ -549,3 +549,60 @@ fn killpriv_v2_unprivileged_modification_drops_set_id_bits_and_capabilities() {
 
     m.unmount().unwrap();
 }
+
+/// open(O_RDONLY|O_TRUNC) of a file being executed is ETXTBSY on Linux, and must not touch the
+/// file: with FUSE_ATOMIC_O_TRUNC the kernel let us truncate it before checking, killing the
+/// running process (SIGBUS) — pjdfstest's open::etxtbsy flake.
+#[test]
+fn open_rdonly_trunc_of_a_running_executable_is_etxtbsy_and_harmless() {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Err(why) = fuse_available() {
+        eprintln!("SKIPPED: real FUSE mount test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
+    let kv: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
+    Fs::mkfs(&*kv, MkfsOptions::default()).unwrap();
+    let m = mount(&kv, &mp);
+    let sleep = fs::read("/bin/sleep").unwrap();
+    for round in 0..5 {
+        let exe = mp.join(format!("sleep{round}"));
+        fs::write(&exe, &sleep).unwrap();
+        fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut child = std::process::Command::new(&exe).arg("10").spawn().unwrap();
+        let r = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_TRUNC)
+            .open(&exe);
+        assert_eq!(
+            r.map(|_| ()).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::ETXTBSY)),
+            "round {round}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "round {round}: the running executable died: {:?}",
+            child.try_wait()
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            fs::read(&exe).unwrap(),
+            sleep,
+            "round {round}: contents kept"
+        );
+    }
+    // Without a process running it, the same open truncates.
+    let f = mp.join("sleep0");
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_TRUNC)
+        .open(&f)
+        .unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().len(), 0);
+    m.unmount().unwrap();
+}
