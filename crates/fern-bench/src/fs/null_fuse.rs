@@ -11,9 +11,11 @@
 //!
 //! Honesty: it is mounted with fern-fuse's own [`fern_fuse::MountOptions`] defaults (mount
 //! options, request threads, cloned descriptors, entry/attr TTLs, max_write), asks for the same
-//! init capabilities (parallel dirops, readdirplus auto, atomic O_TRUNC, cached symlinks) and
-//! opens files with the same flags (KEEP_CACHE, NOFLUSH) as the fernfs adapter, so the kernel
-//! caches exactly as much for it as for a fernfs mount.
+//! init capabilities (parallel dirops, readdirplus auto, cached symlinks, HANDLE_KILLPRIV_V2;
+//! not ATOMIC_O_TRUNC) and opens files with the same flags (KEEP_CACHE, NOFLUSH) as the fernfs
+//! adapter, so the kernel caches and round-trips exactly as much for it as for a fernfs mount.
+//! When fern-fuse's choices change, these must follow (they are copied, not shared: the
+//! adapter does not export them).
 //!
 //! Between mounts (a benchmark's cold phase) the namespace is written to a state file at
 //! unmount and read back at mount, outside every timed region: it plays the part of the disk.
@@ -266,13 +268,14 @@ fn bytes(n: &OsStr) -> &[u8] {
 
 impl Filesystem for NullFs {
     /// The same capabilities fern-fuse's adapter asks for (without writeback cache, its
-    /// default), each only if the kernel offers it.
+    /// default), each only if the kernel offers it. KILLPRIV_V2 matters for writes: without it
+    /// the kernel asks for `security.capability` before every write, one more round trip.
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         let _ = config.add_capabilities(wanted & config.capabilities());
         if let Err(nearest) = config.set_max_write(self.max_write) {
             let _ = config.set_max_write(nearest);
@@ -496,16 +499,10 @@ impl Filesystem for NullFs {
         reply.error(Errno::EPERM);
     }
 
-    fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let mut s = self.state.lock();
-        match s.nodes.get_mut(&i.0) {
-            Some(n) => {
-                // ATOMIC_O_TRUNC: the truncation arrives with the open.
-                if flags.0 & libc::O_TRUNC != 0 {
-                    n.size = 0;
-                }
-                reply.opened(FileHandle(0), OPEN_FLAGS)
-            }
+    /// Without ATOMIC_O_TRUNC the kernel truncates with a SETATTR of its own.
+    fn open(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.state.lock().nodes.get(&i.0) {
+            Some(_) => reply.opened(FileHandle(0), OPEN_FLAGS),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -547,6 +544,8 @@ impl Filesystem for NullFs {
             Some(n) => {
                 n.size = n.size.max(offset + data.len() as u64);
                 n.mtime = now();
+                // KILLPRIV_V2: a write drops set-id bits (the workloads never set any).
+                n.perm &= !0o6000;
                 reply.written(data.len() as u32)
             }
             None => reply.error(Errno::ENOENT),
