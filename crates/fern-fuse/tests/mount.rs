@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fern_fs::{Fs, MkfsOptions};
@@ -38,11 +38,21 @@ fn fuse_available() -> Result<(), String> {
     Ok(())
 }
 
-/// Detaches the mount and aborts the test process if the test has not finished in time.
-struct Watchdog(Arc<AtomicBool>);
+/// Detaches the mount and aborts the test process if the test has not finished in time. It
+/// also runs the mount tests one at a time: a test that forks (a child as `nobody`, a running
+/// executable) copies every descriptor the process has open at that moment, including another
+/// test's files on another mount, and until the child execs (or for good, if it does not) that
+/// other mount is busy and its unmount fails with EBUSY — seen under CPU load.
+struct Watchdog(Arc<AtomicBool>, #[allow(dead_code)] MutexGuard<'static, ()>);
+
+static ONE_MOUNT_TEST_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Watchdog {
     fn new(mountpoint: &Path, limit: Duration) -> Watchdog {
+        // A test that failed while holding the lock poisons it; the next one still runs.
+        let serial = ONE_MOUNT_TEST_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
         let mp = mountpoint.to_path_buf();
@@ -58,7 +68,7 @@ impl Watchdog {
             let _ = fern_fuse::lazy_unmount(&mp);
             std::process::abort();
         });
-        Watchdog(done)
+        Watchdog(done, serial)
     }
 }
 
