@@ -823,6 +823,48 @@ mod tests {
         assert_eq!(s.nodes.len(), 1);
     }
 
+    /// The `InitFlags::...` names between `wanted` and the end of its statement, sorted.
+    fn wanted_flags(src: &str) -> Vec<String> {
+        let start = src
+            .find("wanted = InitFlags::")
+            .expect("no `wanted` capabilities");
+        let stmt = &src[start..start + src[start..].find(';').unwrap()];
+        let mut v: Vec<String> = stmt
+            .split("InitFlags::")
+            .skip(1)
+            .map(|f| {
+                f.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect()
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The null file system must make the kernel behave as for a fernfs mount: the same init
+    /// capabilities and open flags as fern-fuse's adapter (copied there, so compared here
+    /// against its source; this fails when the adapter changes and null-fuse does not follow).
+    #[test]
+    fn capabilities_and_open_flags_match_fern_fuse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let adapter = std::fs::read_to_string(dir.join("../fern-fuse/src/adapter.rs")).unwrap();
+        let ours = std::fs::read_to_string(dir.join("src/fs/null_fuse.rs")).unwrap();
+        let theirs = wanted_flags(&adapter);
+        assert!(
+            theirs.contains(&"FUSE_DO_READDIRPLUS".to_string()),
+            "{theirs:?}"
+        );
+        assert_eq!(wanted_flags(&ours), theirs);
+        let open_flags = |src: &str| {
+            src.lines()
+                .find(|l| l.starts_with("const OPEN_FLAGS"))
+                .map(str::to_string)
+                .expect("no OPEN_FLAGS")
+        };
+        assert_eq!(open_flags(&ours), open_flags(&adapter));
+    }
+
     #[test]
     fn the_namespace_survives_save_and_load() {
         let dir = tempfile::tempdir().unwrap();
