@@ -106,28 +106,45 @@ fn point_deletes_shrink_the_tree() {
     );
 }
 
-/// A key upserted by every operation (a directory's mtime on every create) does not pile up
-/// pending messages: they are pushed to the leaf once they pass a threshold, so reads of it
-/// stay cheap, and the value stays exact.
-#[test]
-fn hot_key_upserts_are_pushed_to_the_leaf() {
+/// 1 MiB nodes with upsert 1 = "add a u64 to a counter" (absent counts as 0), and its argument
+/// merge (the sum) when `merge`.
+fn counter_options(merge: bool) -> Options {
     let mut o = Options {
         cache_bytes: 16 << 20,
         node_bytes: 1 << 20,
         ..Options::default()
     };
+    let add = |a: &[u8], b: Option<&[u8]>| -> Option<Vec<u8>> {
+        let a = u64::from_le_bytes(a.try_into().ok()?);
+        let b = b
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        Some((a + b).to_le_bytes().to_vec())
+    };
     o.register_upsert(
         fern_tree::UpsertId(1),
-        Arc::new(|_k, old, arg| {
-            let a = u64::from_le_bytes(arg.try_into().ok()?);
-            let o = old
-                .and_then(|o| o.try_into().ok())
-                .map(u64::from_le_bytes)
-                .unwrap_or(0);
-            Some((o + a).to_le_bytes().to_vec())
-        }),
+        Arc::new(move |_k, old, arg| add(arg, old)),
     );
-    let env = Env::create_on(Arc::new(MemDevice::new()), o).unwrap();
+    if merge {
+        o.register_merge(
+            fern_tree::UpsertId(1),
+            Arc::new(|a, b| {
+                let a = u64::from_le_bytes(a.try_into().ok()?);
+                let b = u64::from_le_bytes(b.try_into().ok()?);
+                Some((a + b).to_le_bytes().to_vec())
+            }),
+        );
+    }
+    o
+}
+
+/// A key upserted by every operation (a directory's mtime on every create) does not pile up
+/// pending messages: they are pushed to the leaf once they pass a threshold, so reads of it
+/// stay cheap, and the value stays exact.
+#[test]
+fn hot_key_upserts_are_pushed_to_the_leaf() {
+    let env = Env::create_on(Arc::new(MemDevice::new()), counter_options(false)).unwrap();
     let t = env.tree("t").unwrap();
     // Enough other rows that the root is an internal node with buffers.
     fill(&env, &t, b'a', 30_000);
@@ -159,34 +176,7 @@ fn hot_key_upserts_are_pushed_to_the_leaf() {
 /// them apart. Values stay exact through a reopen.
 #[test]
 fn mergeable_upserts_coalesce_in_buffers() {
-    let add = |old: Option<&[u8]>, arg: &[u8]| -> Option<Vec<u8>> {
-        let a = u64::from_le_bytes(arg.try_into().ok()?);
-        let o = old
-            .and_then(|o| o.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0);
-        Some((o + a).to_le_bytes().to_vec())
-    };
-    let options = || {
-        let mut o = Options {
-            cache_bytes: 16 << 20,
-            node_bytes: 1 << 20,
-            ..Options::default()
-        };
-        o.register_upsert(
-            fern_tree::UpsertId(1),
-            Arc::new(move |_k, old, arg| add(old, arg)),
-        );
-        o.register_merge(
-            fern_tree::UpsertId(1),
-            Arc::new(|a, b| {
-                let a = u64::from_le_bytes(a.try_into().ok()?);
-                let b = u64::from_le_bytes(b.try_into().ok()?);
-                Some((a + b).to_le_bytes().to_vec())
-            }),
-        );
-        o
-    };
+    let options = || counter_options(true);
     let dev = Arc::new(MemDevice::new());
     let env = Env::create_on(dev.clone(), options()).unwrap();
     let t = env.tree("t").unwrap();
