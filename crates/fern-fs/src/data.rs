@@ -79,7 +79,8 @@ impl Fs {
         Ok(out)
     }
 
-    fn touch_atime(&self, ino: InodeId, stat: &crate::attr::Stat) -> FsResult<()> {
+    /// Sets atime to now when the relatime rule says it is stale (see `RELATIME_SECS`).
+    pub(crate) fn touch_atime(&self, ino: InodeId, stat: &crate::attr::Stat) -> FsResult<()> {
         let now = Timespec::now();
         let stale = stat.atime <= stat.mtime
             || stat.atime <= stat.ctime

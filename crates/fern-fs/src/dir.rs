@@ -54,6 +54,12 @@ impl Fs {
         let pairs = self
             .kv
             .scan(self.t.dentry, &range, Direction::Forward, limit)?;
+        if after.is_none() {
+            // A listing from the start reads the directory (POSIX: readdir marks atime), under
+            // the same relatime rule as a file read: a write only when atime is stale.
+            let dir_inode = self.read_inode(dir)?;
+            self.touch_atime(dir, &dir_inode.stat)?;
+        }
         let mut out = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
             let name = schema::name_of(&k)?.to_vec();

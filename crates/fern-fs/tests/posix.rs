@@ -1202,3 +1202,28 @@ fn path_api_open_and_truncate_as_user_clear_setid() {
     u.truncate(b"/t", 3).expect("truncate");
     assert_eq!(perm("/t"), 0o755);
 }
+
+/// A listing from the start reads the directory: its atime follows the same relatime rule.
+#[test]
+fn relatime_listing_marks_directory_atime_only_when_stale() {
+    let e = env();
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    put(&e, "/d/f", b"x");
+    let a0 = e.p.stat(b"/d").expect("stat").atime;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert_eq!(e.p.read_dir(b"/d").expect("readdir").len(), 1);
+    let a1 = e.p.stat(b"/d").expect("stat").atime;
+    assert!(a1 > a0, "the first listing after a change updates atime");
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    e.p.read_dir(b"/d").expect("readdir");
+    assert_eq!(
+        e.p.stat(b"/d").expect("stat").atime,
+        a1,
+        "no write per listing"
+    );
+    // A new entry changes mtime/ctime: the next listing marks atime again.
+    put(&e, "/d/g", b"y");
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    e.p.read_dir(b"/d").expect("readdir");
+    assert!(e.p.stat(b"/d").expect("stat").atime > a1);
+}
