@@ -191,16 +191,30 @@ fn run_child(
     task: &TaskSpec,
     scratch: &Path,
 ) -> Result<TaskOutput> {
-    let stem = task
-        .dir
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    run_task_process(cmd, task, &task.dir, label(task), scratch)
+}
+
+/// Runs one task in a child process: `cmd` (the program and its subcommand, already set up)
+/// gets `--spec JSON --out FILE`, its output and errors go to a log under `scratch` named after
+/// `task_dir`, and its JSON output is read back. A failed child is an error quoting the log's
+/// last lines. Shared by the engine and the file-system benchmarks.
+pub(crate) fn run_task_process<T: serde::Serialize, O: serde::de::DeserializeOwned>(
+    mut cmd: Command,
+    task: &T,
+    task_dir: &Path,
+    task_label: String,
+    scratch: &Path,
+) -> Result<O> {
+    let stem = task_dir
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let out_file = scratch.join(format!("{stem}.out.json"));
     let log_file = scratch.join(format!("{stem}.log"));
     let log = std::fs::File::create(&log_file)?;
-    let status = Command::new(program)
-        .args(args)
+    let status = cmd
         .arg("--spec")
         .arg(serde_json::to_string(task)?)
         .arg("--out")
@@ -210,7 +224,7 @@ fn run_child(
         .stderr(log)
         .status()?;
     let fail = |message: String| BenchError::Task {
-        task: label(task),
+        task: task_label.clone(),
         message,
     };
     if !status.success() {

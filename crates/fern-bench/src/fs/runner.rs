@@ -272,14 +272,6 @@ fn run_child(
     task: &FsTaskSpec,
     scratch: &Path,
 ) -> Result<FsTaskOutput> {
-    let stem = task
-        .dir
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let out_file = scratch.join(format!("{stem}.out.json"));
-    let log_file = scratch.join(format!("{stem}.log"));
-    let log = std::fs::File::create(&log_file)?;
     let mut cmd = if pin {
         let mut c = Command::new("taskset");
         c.arg("-c").arg("0").arg(program);
@@ -290,33 +282,8 @@ fn run_child(
     if let Some(c) = cap {
         cmd.env(CGROUP_ENV, c.path());
     }
-    let status = cmd
-        .args(args)
-        .arg("--spec")
-        .arg(serde_json::to_string(task)?)
-        .arg("--out")
-        .arg(&out_file)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .status()?;
-    let fail = |message: String| BenchError::Task {
-        task: label(task),
-        message,
-    };
-    if !status.success() {
-        let log = std::fs::read_to_string(&log_file).unwrap_or_default();
-        let tail: String = log.lines().rev().take(10).collect::<Vec<_>>().join(" / ");
-        return Err(fail(format!(
-            "{status}; log {}: {tail}",
-            log_file.display()
-        )));
-    }
-    let text = std::fs::read_to_string(&out_file)
-        .map_err(|e| fail(format!("no output {}: {e}", out_file.display())))?;
-    let _ = std::fs::remove_file(&out_file);
-    let _ = std::fs::remove_file(&log_file);
-    Ok(serde_json::from_str(&text)?)
+    cmd.args(args);
+    crate::runner::run_task_process(cmd, task, &task.dir, label(task), scratch)
 }
 
 /// The child side: runs the task described by `spec_json` and writes its output to `out`.
