@@ -17,8 +17,10 @@
 //!   child processes (pinned with `taskset -c 0` when available), medians, leftover cleanup.
 //! - [`report`]: the markdown table with ratios to the best kernel file system.
 
+pub mod fsmark;
 pub mod fuse_mount;
 pub mod lib_target;
+pub mod limits;
 pub mod null_fuse;
 pub mod plot;
 pub mod posix;
@@ -174,6 +176,17 @@ pub struct FsSizes {
     /// Files of F12's generated source tree.
     #[serde(default = "default_apps")]
     pub apps_files: u64,
+    /// Files of F11's fs_mark half (`fs_mark -S 1`), split over its threads (the thread
+    /// counts are `postmark_threads`).
+    #[serde(default = "default_pm_files")]
+    pub fsmark_sync_files: u64,
+    /// Seconds of the device's fsync-rate measurement (fio).
+    #[serde(default = "default_fsync_secs")]
+    pub limits_fsync_seconds: u64,
+}
+
+fn default_fsync_secs() -> u64 {
+    3
 }
 
 fn default_pm_files() -> u64 {
@@ -224,6 +237,8 @@ impl FsSizes {
             postmark_transactions: 1_000_000,
             postmark_threads: vec![1, 4],
             apps_files: 50_000,
+            fsmark_sync_files: 100_000,
+            limits_fsync_seconds: 10,
         }
     }
 
@@ -243,6 +258,8 @@ impl FsSizes {
             postmark_files: 5_000,
             postmark_transactions: 50_000,
             apps_files: 5_000,
+            fsmark_sync_files: 5_000,
+            limits_fsync_seconds: 3,
             ..FsSizes::full()
         }
     }
@@ -262,6 +279,7 @@ impl FsSizes {
             .max(self.onedir_files)
             .max(self.rename_files)
             .max(self.postmark_files)
+            .max(self.fsmark_sync_files)
             .max(3 * self.apps_files)
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::limits::{LIMITS_SYSTEM, LIMITS_WORKLOAD};
 use super::runner::FsBenchConfig;
 use super::target::FsSystem;
 use crate::procinfo::Machine;
@@ -118,6 +119,26 @@ pub fn markdown_table(records: &[Record], systems: &[String]) -> String {
     s
 }
 
+/// The device limits (records of [`LIMITS_WORKLOAD`]) as a table of their own: one row per
+/// figure with the median and every repetition's value.
+pub fn limits_table(records: &[Record]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| limit | unit | {LIMITS_SYSTEM} | repetitions |");
+    let _ = writeln!(s, "|---|---|---:|---|");
+    for r in records.iter().filter(|r| r.workload == LIMITS_WORKLOAD) {
+        let values: Vec<String> = r.values.iter().map(|v| fmt_fs_value(*v, &r.unit)).collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} ↑ | {} | {} |",
+            r.metric.clone().unwrap_or_default(),
+            r.unit,
+            fmt_fs_value(r.value, &r.unit),
+            values.join(", ")
+        );
+    }
+    s
+}
+
 /// The whole report as markdown.
 pub fn render(
     cfg: &FsBenchConfig,
@@ -137,7 +158,7 @@ pub fn render(
         "- sizes: F1/F2/F9b/F10 tree of {} files × {} B (≤ {} per directory; F1 threads {:?}), \
          F4 {} files, F5 {} × {} B into {} MiB, F6 {} × {} B into {} MiB, F7 {} MiB, \
          F8 {} MiB corpus, F9a {} files, F9c {} MiB, F11 postmark {} files / {} tx (instances \
-         {:?}), F12 {} files; {} repetition(s) (medians), seed {}",
+         {:?}) and fs_mark -S 1 {} files, F12 {} files; {} repetition(s) (medians), seed {}",
         z.tree_files,
         z.file_bytes,
         z.fanout,
@@ -156,6 +177,7 @@ pub fn render(
         z.postmark_files,
         z.postmark_transactions,
         z.postmark_threads,
+        z.fsmark_sync_files,
         z.apps_files,
         cfg.reps,
         cfg.seed
@@ -193,7 +215,20 @@ pub fn render(
     }
     let _ = writeln!(s);
     let names: Vec<String> = cfg.systems.iter().map(|x| x.name().to_string()).collect();
-    s.push_str(&markdown_table(&out.medians, &names));
+    let (limits, fs): (Vec<Record>, Vec<Record>) = out
+        .medians
+        .iter()
+        .cloned()
+        .partition(|r| r.workload == LIMITS_WORKLOAD);
+    s.push_str(&markdown_table(&fs, &names));
+    if !limits.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nPhysical limits of the device holding the images (fio, same run, one \
+             measurement at the start of each repetition; medians):\n"
+        );
+        s.push_str(&limits_table(&limits));
+    }
     if !out.notes.is_empty() {
         let _ = writeln!(s, "\nNotes:");
         for n in &out.notes {

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::limits::LIMITS_SYSTEM;
 use super::posix;
 use super::target::FsSystem;
 use super::workloads::{self, FsScenario, FsTaskOutput, FsTaskSpec};
@@ -39,6 +40,8 @@ pub struct FsBenchConfig {
     /// Memory cap of every task, bytes: a cgroup v1 memory limit holding the task process and
     /// everything it starts (FUSE daemon, postmark, tar, ...). Needs subprocess isolation.
     pub mem_cap: Option<u64>,
+    /// Measure the device's physical limits with fio at the start of every repetition.
+    pub limits: bool,
 }
 
 /// Environment variable naming the cgroup a task child joins before anything else.
@@ -136,6 +139,12 @@ impl FsBenchConfig {
                     out.push(FsScenario::Tree { threads: t });
                 }
             }
+            for &t in &self.sizes.tree_threads {
+                out.push(FsScenario::FsMark {
+                    threads: t.max(1),
+                    fsync: false,
+                });
+            }
         }
         for s in [
             FsScenario::OneDir,
@@ -158,6 +167,12 @@ impl FsBenchConfig {
             for &t in &self.sizes.postmark_threads {
                 out.push(FsScenario::Postmark { threads: t.max(1) });
             }
+            for &t in &self.sizes.postmark_threads {
+                out.push(FsScenario::FsMark {
+                    threads: t.max(1),
+                    fsync: true,
+                });
+            }
         }
         if self.workloads.contains(&FsWorkload::F12) {
             out.push(FsScenario::Apps);
@@ -169,6 +184,18 @@ impl FsBenchConfig {
     pub fn plan(&self) -> Vec<FsTaskSpec> {
         let mut tasks = Vec::new();
         for rep in 0..self.reps {
+            if self.limits {
+                tasks.push(FsTaskSpec {
+                    system: LIMITS_SYSTEM.to_string(),
+                    scenario: FsScenario::Limits,
+                    workloads: Vec::new(),
+                    sizes: self.sizes.clone(),
+                    dir: self.dir.join(format!("{rep}-limits-device")),
+                    seed: self.seed,
+                    drop_caches: self.drop_caches,
+                    rep,
+                });
+            }
             for scenario in self.scenarios() {
                 for sys in &self.systems {
                     tasks.push(FsTaskSpec {

@@ -62,6 +62,17 @@ pub enum FsScenario {
     },
     /// F12.
     Apps,
+    /// F1 (`fsync` false) or F11 (`fsync` true, `-S 1`) through fs_mark with this many `-d`
+    /// directories (threads) per invocation.
+    FsMark {
+        /// `-d` directories per invocation.
+        threads: u32,
+        /// `-S 1` (fsync every file before closing it) instead of `-S 0`.
+        fsync: bool,
+    },
+    /// The device's physical limits by fio (sequential bandwidth, fsync rate), on the disk
+    /// holding the images; no file system under test.
+    Limits,
 }
 
 impl FsScenario {
@@ -87,6 +98,9 @@ impl FsScenario {
             FsScenario::Space => &[FsWorkload::F8],
             FsScenario::Postmark { .. } => &[FsWorkload::F11],
             FsScenario::Apps => &[FsWorkload::F12],
+            FsScenario::FsMark { fsync: false, .. } => &[FsWorkload::F1],
+            FsScenario::FsMark { fsync: true, .. } => &[FsWorkload::F11],
+            FsScenario::Limits => &[],
         }
     }
 
@@ -102,6 +116,15 @@ impl FsScenario {
             FsScenario::Space => "space".into(),
             FsScenario::Postmark { threads } => format!("postmark-{threads}t"),
             FsScenario::Apps => "apps".into(),
+            FsScenario::FsMark {
+                threads,
+                fsync: false,
+            } => format!("fsmark-{threads}t"),
+            FsScenario::FsMark {
+                threads,
+                fsync: true,
+            } => format!("fsmark-sync-{threads}t"),
+            FsScenario::Limits => "limits".into(),
         }
     }
 }
@@ -257,6 +280,9 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
 
 /// Runs one task in this process.
 pub fn run_task(spec: &FsTaskSpec) -> Result<FsTaskOutput> {
+    if spec.scenario == FsScenario::Limits {
+        return super::limits::run(spec);
+    }
     let target = open_target(spec)?;
     run_task_on(spec, target)
 }
@@ -275,6 +301,12 @@ pub fn run_task_on(spec: &FsTaskSpec, mut target: Box<dyn FsTarget>) -> Result<F
         FsScenario::Space => space(spec, &mut *target, &mut out),
         FsScenario::Postmark { threads } => postmark(spec, &mut *target, threads, &mut out),
         FsScenario::Apps => apps(spec, &mut *target, &mut out),
+        FsScenario::FsMark { threads, fsync } => {
+            super::fsmark::run(spec, &mut *target, threads, fsync, &mut out)
+        }
+        FsScenario::Limits => Err(BenchError::Usage(
+            "the device limits are measured without a file system under test".into(),
+        )),
     };
     let fin = target.finish();
     res?;
@@ -286,7 +318,7 @@ fn wants(spec: &FsTaskSpec, w: FsWorkload) -> bool {
     spec.workloads.contains(&w)
 }
 
-fn record(spec: &FsTaskSpec, w: FsWorkload, value: f64, unit: &str) -> Record {
+pub(super) fn record(spec: &FsTaskSpec, w: FsWorkload, value: f64, unit: &str) -> Record {
     Record::named(w.name(), &spec.system, value, unit)
 }
 
@@ -592,7 +624,7 @@ fn tree(
     Ok(())
 }
 
-fn join(dir: &str, name: &str) -> String {
+pub(super) fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
         name.to_string()
     } else {
@@ -1089,18 +1121,18 @@ fn space(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutput) -> Res
 // ---------------------------------------------------------------------------------------------
 // F11, F12: programs run on the mount
 
-/// The mount of a target that has one; for a library-only target, a note and `None`.
-fn mount_of(
+/// The mount of a target that has one; for a library-only target, a note ("`what` not
+/// measured on ...") and `None`.
+pub(super) fn mount_of(
     spec: &FsTaskSpec,
     t: &dyn FsTarget,
-    w: FsWorkload,
+    what: &str,
     out: &mut FsTaskOutput,
 ) -> Option<PathBuf> {
     let m = t.mount_path();
     if m.is_none() {
         out.notes.push(format!(
-            "{} not measured on {}: it runs programs, which need a mount",
-            w.name(),
+            "{what} not measured on {}: it runs programs, which need a mount",
             spec.system
         ));
     }
@@ -1108,7 +1140,7 @@ fn mount_of(
 }
 
 /// Runs a program to completion, failing with its output's tail.
-fn run_prog(cmd: &mut std::process::Command, what: &str) -> Result<String> {
+pub(super) fn run_prog(cmd: &mut std::process::Command, what: &str) -> Result<String> {
     let o = cmd
         .stdin(std::process::Stdio::null())
         .output()
@@ -1137,7 +1169,7 @@ fn postmark(
     out: &mut FsTaskOutput,
 ) -> Result<()> {
     use std::io::Write;
-    let Some(mp) = mount_of(spec, t, FsWorkload::F11, out) else {
+    let Some(mp) = mount_of(spec, t, "F11", out) else {
         return Ok(());
     };
     let s = &spec.sizes;
@@ -1263,7 +1295,7 @@ fn make_source_tarball(
 /// then, cold, `git status` in it (a fresh checkout's index does not match the new inodes,
 /// so git re-reads every file); then `cp -r` of the tree on the mount + sync.
 fn apps(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutput) -> Result<()> {
-    let Some(mp) = mount_of(spec, t, FsWorkload::F12, out) else {
+    let Some(mp) = mount_of(spec, t, "F12", out) else {
         return Ok(());
     };
     let n = spec.sizes.apps_files;

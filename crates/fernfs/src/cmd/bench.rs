@@ -187,6 +187,10 @@ pub struct FsArgs {
     /// the best kernel file system, and throughput over time for F1 and F5.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Do not measure the device's limits with fio (sequential bandwidth, fsync rate) at the
+    /// start of each repetition.
+    #[arg(long)]
+    pub no_limits: bool,
 }
 
 fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
@@ -267,6 +271,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
         },
         pin: !a.no_pin,
         mem_cap: a.mem_cap_mib.map(|m| m.max(16) << 20),
+        limits: !a.no_limits,
     };
     let pinned = cfg.pin && fs::runner::taskset_available();
     let mut progress = Bar::new();
@@ -290,7 +295,14 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
     }
     if let Some(dir) = &a.plot {
         let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
-        let files = fs::plot::write_plots(dir, &out.medians, &out.series, &names)?;
+        // The device limits have their own table; they are not a file system to plot.
+        let figures: Vec<_> = out
+            .medians
+            .iter()
+            .filter(|r| r.workload != fs::limits::LIMITS_WORKLOAD)
+            .cloned()
+            .collect();
+        let files = fs::plot::write_plots(dir, &figures, &out.series, &names)?;
         eprintln!("wrote {} plots into {}", files.len(), dir.display());
     }
     Ok(())
