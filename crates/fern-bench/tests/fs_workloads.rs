@@ -819,3 +819,43 @@ fn fio_reports_are_read_and_failures_refused() {
     assert!(parse_fio(r#"{"jobs":[]}"#, "write").is_err());
     assert!(parse_fio(r#"{"jobs":[{"error":0}]}"#, "read").is_err());
 }
+
+#[test]
+fn memory_cap_holds_its_processes_and_reads_back_their_peak() {
+    use fern_bench::fs::runner::{memcg_of, MemCap};
+    if !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
+        || !fern_bench::procinfo::is_root()
+    {
+        println!("SKIPPED: needs root and the cgroup v1 memory controller");
+        return;
+    }
+    let own = memcg_of("self").unwrap();
+    let cap = MemCap::create(64 << 20).unwrap();
+    // Nested under this process's own cgroup, so outer limits still apply.
+    assert!(
+        cap.path()
+            .to_string_lossy()
+            .contains(own.trim_start_matches('/')),
+        "{} not under {own}",
+        cap.path().display()
+    );
+    cap.reset().unwrap();
+    // A process that joins and touches 24 MiB of memory: charged to the cap, under its limit.
+    let procs = cap.path().join("cgroup.procs");
+    let st = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {} && exec dd if=/dev/zero of=/dev/null bs=24M count=2 status=none",
+            procs.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let u = cap.usage().unwrap();
+    assert_eq!(u.limit, 64 << 20);
+    assert!(u.peak >= 24 << 20 && u.peak <= u.limit, "{u:?}");
+    assert_eq!(u.oom_kills, 0, "{u:?}");
+    // Reset starts the next task's peak afresh.
+    cap.reset().unwrap();
+    assert!(cap.usage().unwrap().peak < 24 << 20);
+}

@@ -257,6 +257,13 @@ impl FuseMount {
     }
 }
 
+impl FuseMount {
+    /// The running daemon's process id.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
 /// The CPUs process `pid` may run on, from /proc.
 pub fn cpus_allowed(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

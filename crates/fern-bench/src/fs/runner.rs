@@ -54,17 +54,49 @@ pub struct MemCap {
     path: PathBuf,
 }
 
+/// The memory cgroup of process `pid` ("self" for this one), relative to the v1 memory
+/// controller's mount (e.g. "/fernfs-bench-123"), from /proc/PID/cgroup.
+pub fn memcg_of(pid: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+            ctrl.split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_string())
+        })
+}
+
+/// What one task used of its cgroup, read back after it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemUse {
+    /// memory.max_usage_in_bytes: the peak charged (anonymous memory and page cache of every
+    /// process inside).
+    pub peak: u64,
+    /// memory.limit_in_bytes.
+    pub limit: u64,
+    /// memory.failcnt: how often a charge hit the limit (and reclaim had to run).
+    pub failcnt: u64,
+    /// `oom_kill` of memory.oom_control: processes the OOM killer ended inside.
+    pub oom_kills: u64,
+}
+
 impl MemCap {
-    /// Makes `/sys/fs/cgroup/memory/fernfs-bench-PID` limited to `bytes` (memory.limit_in_bytes;
-    /// page cache is charged too, so a cold read really reads). Removes the cgroups of runs
-    /// that died first.
+    /// Makes a cgroup `fernfs-bench-PID` limited to `bytes` (memory.limit_in_bytes; page cache
+    /// is charged too, so a cold read really reads), as a child of this process's own memory
+    /// cgroup: whatever limits and accounting already hold this process keep holding the
+    /// tasks. Removes the cgroups of runs that died first.
     pub fn create(bytes: u64) -> Result<MemCap> {
-        let root = Path::new(MEMCG_ROOT);
-        if !root.join("memory.limit_in_bytes").exists() {
+        if !Path::new(MEMCG_ROOT).join("memory.limit_in_bytes").exists() {
             return Err(BenchError::Usage(format!(
                 "--mem-cap needs the cgroup v1 memory controller at {MEMCG_ROOT}"
             )));
         }
+        let own = memcg_of("self").unwrap_or_else(|| "/".into());
+        let root = Path::new(MEMCG_ROOT).join(own.trim_start_matches('/'));
+        let root = root.as_path();
         if let Ok(rd) = std::fs::read_dir(root) {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
@@ -92,6 +124,41 @@ impl MemCap {
     /// The cgroup's directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn read(&self, file: &str) -> Result<String> {
+        std::fs::read_to_string(self.path.join(file))
+            .map_err(|e| BenchError::Usage(format!("{}: {e}", self.path.join(file).display())))
+    }
+
+    fn read_u64(&self, file: &str) -> Result<u64> {
+        let t = self.read(file)?;
+        t.trim()
+            .parse()
+            .map_err(|_| BenchError::Usage(format!("{file}: not a number: {t:?}")))
+    }
+
+    /// Starts a task's accounting afresh: the peak and the fail count (the cgroup is shared by
+    /// the run's tasks, one after the other).
+    pub fn reset(&self) -> Result<()> {
+        std::fs::write(self.path.join("memory.max_usage_in_bytes"), "0")?;
+        std::fs::write(self.path.join("memory.failcnt"), "0")?;
+        Ok(())
+    }
+
+    /// What the cgroup used since the last [`MemCap::reset`].
+    pub fn usage(&self) -> Result<MemUse> {
+        let oom_kills = self
+            .read("memory.oom_control")?
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0);
+        Ok(MemUse {
+            peak: self.read_u64("memory.max_usage_in_bytes")?,
+            limit: self.read_u64("memory.limit_in_bytes")?,
+            failcnt: self.read_u64("memory.failcnt")?,
+            oom_kills,
+        })
     }
 }
 
@@ -255,12 +322,35 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
         let name = label(task);
         progress.task(i, &name);
         let _ = std::fs::remove_dir_all(&task.dir);
+        let before = match &cap {
+            Some(c) => {
+                c.reset()?;
+                Some(c.usage()?.oom_kills)
+            }
+            None => None,
+        };
         let result = match &cfg.isolation {
             Isolation::InProcess => workloads::run_task(task),
             Isolation::Subprocess { program, args } => {
                 run_child(program, args, pin, cap.as_ref(), task, &cfg.dir)
             }
         };
+        if let (Some(c), Some(kills_before)) = (&cap, before) {
+            // Read back after every task: the cap is only real if the peak stayed under the
+            // limit while the task (daemon included) ran, and reclaim or the OOM killer show
+            // whether the data did not fit.
+            let u = c.usage()?;
+            let n = format!(
+                "{name}: memory cgroup peak {:.1} MiB of the {:.0} MiB cap, limit reached {} \
+                 times, {} processes OOM-killed",
+                u.peak as f64 / (1 << 20) as f64,
+                u.limit as f64 / (1 << 20) as f64,
+                u.failcnt,
+                u.oom_kills.saturating_sub(kills_before)
+            );
+            progress.note(&n);
+            out.notes.push(n);
+        }
         for what in posix::cleanup_leftovers(&task.dir) {
             let n = format!("{name}: cleaned up after the task: {what}");
             progress.note(&n);

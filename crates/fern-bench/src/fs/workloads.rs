@@ -211,6 +211,24 @@ pub fn image_bytes(s: &FsSizes) -> u64 {
     need.max(8 << 30).div_ceil(1 << 30) << 30
 }
 
+/// The FUSE daemon's memory cgroup, checked to be this task's when the run has a memory cap:
+/// a daemon outside would leave the file system's memory uncapped.
+fn daemon_memcg(m: &FuseMount) -> Result<String> {
+    use super::runner::{memcg_of, CGROUP_ENV};
+    let own = memcg_of("self");
+    let daemon = m.daemon_pid().and_then(|p| memcg_of(&p.to_string()));
+    if std::env::var_os(CGROUP_ENV).is_some() && (daemon.is_none() || daemon != own) {
+        return Err(BenchError::Usage(format!(
+            "the FUSE daemon is in memory cgroup {daemon:?}, the task in {own:?}: the memory \
+             cap would not hold it"
+        )));
+    }
+    Ok(format!(
+        "daemon memory cgroup {}",
+        daemon.unwrap_or_else(|| "?".into())
+    ))
+}
+
 /// Opens a fresh file system of `system` in `spec.dir`.
 pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
     std::fs::create_dir_all(&spec.dir)?;
@@ -232,11 +250,12 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
             )?;
             let about = format!(
                 "fernfs-fuse: `fernfs mkfs` + `fernfs mount -f -o cache_size={}` (default mount \
-                 options) by {}, daemon on CPUs {}; sync = fsync of the root directory \
+                 options) by {}, daemon on CPUs {}, {}; sync = fsync of the root directory \
                  (FUSE_FSYNCDIR: the whole store durable), syscalls via std::fs/libc",
                 spec.sizes.fern_cache_bytes,
                 exe.display(),
-                m.daemon_cpus
+                m.daemon_cpus,
+                daemon_memcg(&m)?
             );
             Box::new(PosixTarget::on_mount(
                 "fernfs-fuse",
@@ -255,9 +274,10 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
             let about = format!(
                 "null-fuse: `fernfs bench null-fuse` (namespace and attributes in memory, no \
                  data, nothing durable; fern-fuse's mount options, TTLs, capabilities and open \
-                 flags), daemon on CPUs {}; sync = fsync of the root directory; content checks \
-                 skipped",
-                m.daemon_cpus
+                 flags), daemon on CPUs {}, {}; sync = fsync of the root directory; content \
+                 checks skipped",
+                m.daemon_cpus,
+                daemon_memcg(&m)?
             );
             Box::new(PosixTarget::on_mount(
                 "null-fuse",
@@ -284,7 +304,14 @@ pub fn run_task(spec: &FsTaskSpec) -> Result<FsTaskOutput> {
         return super::limits::run(spec);
     }
     let target = open_target(spec)?;
-    run_task_on(spec, target)
+    let mut out = run_task_on(spec, target)?;
+    if std::env::var_os(super::runner::CGROUP_ENV).is_some() {
+        out.notes.push(format!(
+            "memory cap: each task process in memory cgroup {}",
+            super::runner::memcg_of("self").unwrap_or_else(|| "?".into())
+        ));
+    }
+    Ok(out)
 }
 
 /// Runs one task on an already opened target (tests pass their own).
