@@ -4,7 +4,7 @@
 //! anything: dropping it (a crash) loses nothing the store does not also know, except which
 //! files were open (the orphan records cover that).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use parking_lot::Mutex;
 

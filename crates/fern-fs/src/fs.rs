@@ -8,7 +8,7 @@
 //! name cache, open counts) is exact only under that rule; namespace changes still run as
 //! optimistic transactions so that the distributed mode only has to add cache leases.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 

@@ -309,49 +309,45 @@ impl Fs {
         validate_name(name)?;
         self.require_dir(parent)?;
         let key = schema::named_key(parent, name);
-        loop {
-            let victim = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
-            check_kind(&victim, dir)?;
-            let id = victim.id();
-            let _g = self.locks.lock(&[parent, id]);
+        let now = Timespec::now();
+        // One read of the entry: the victim's id (which names the lock to take) comes from the
+        // transaction's own read, and the lock is taken after it. A change to the entry between
+        // the read and the commit fails the commit (the read is validated) and the body runs
+        // again, so the read cannot be stale when it counts.
+        let (id, fate, _g) = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            let Some(v) = txn.get(self.t.dentry, &key)? else {
+                return Err(FsError::NotFound);
+            };
+            let d = Dentry::decode(&v)?;
+            check_kind(&d, dir)?;
+            let id = d.id();
+            let g = self.locks.lock(&[parent, id]);
             let (ploc, _) = self.loc(parent)?;
-            let now = Timespec::now();
-            let fate = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
-                let Some(v) = txn.get(self.t.dentry, &key)? else {
-                    return Err(FsError::NotFound);
-                };
-                let d = Dentry::decode(&v)?;
-                if d.id() != id {
-                    return Ok(None); // replaced between the peek and the lock: start over
-                }
-                check_kind(&d, dir)?;
-                txn.batch().delete(self.t.dentry, key.clone());
-                let mut pd = StatDelta {
-                    mtime: Some(now),
-                    ctime: Some(now),
-                    ..StatDelta::default()
-                };
-                if dir {
-                    pd.nlink_add = Some(-1);
-                    self.remove_dir_keys(txn, id)?;
-                }
-                self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
-                let fate = if dir {
-                    Fate::Freed
-                } else {
-                    self.drop_link(txn, d, now)?
-                };
-                Ok(Some(fate))
-            })?;
-            let Some(fate) = fate else { continue };
-            self.names.remove(parent, name);
-            self.dirents.forget(parent, name);
+            txn.batch().delete(self.t.dentry, key.clone());
+            let mut pd = StatDelta {
+                mtime: Some(now),
+                ctime: Some(now),
+                ..StatDelta::default()
+            };
             if dir {
-                self.names.drop_dir(id);
+                pd.nlink_add = Some(-1);
+                self.remove_dir_keys(txn, id)?;
             }
-            self.settle(id, fate);
-            return Ok(());
+            self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
+            let fate = if dir {
+                Fate::Freed
+            } else {
+                self.drop_link(txn, d, now)?
+            };
+            Ok((id, fate, g))
+        })?;
+        self.names.remove(parent, name);
+        self.dirents.forget(parent, name);
+        if dir {
+            self.names.drop_dir(id);
         }
+        self.settle(id, fate);
+        Ok(())
     }
 
     /// Appends the removal of empty directory `id`'s own keys; fails if it has entries.

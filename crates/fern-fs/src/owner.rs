@@ -5,7 +5,7 @@
 //! set-group-id state that lets a create decide without reading its parent; it must never be
 //! the only record of anything (a miss reads the parent's stat).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use parking_lot::Mutex;
 

@@ -92,10 +92,24 @@ impl PathFs {
 
     /// Resolves `path` to an inode, following a final symlink if `follow`.
     fn walk(&self, pins: &mut Pins<'_>, path: &[u8], follow: bool) -> FsResult<InodeId> {
+        Ok(self.walk_attr(pins, path, follow)?.0)
+    }
+
+    /// [`PathFs::walk`], also returning the attributes the last lookup read, if the last
+    /// component was looked up in the store (not resolved from the directory cache): stat(2)
+    /// then needs no second read of the same entry.
+    fn walk_attr(
+        &self,
+        pins: &mut Pins<'_>,
+        path: &[u8],
+        follow: bool,
+    ) -> FsResult<(InodeId, Option<Attr>)> {
         let mut todo: VecDeque<Vec<u8>> = components(path).collect();
         let mut cur = InodeId::ROOT;
+        let mut last = None;
         let mut links = 0;
         while let Some(comp) = todo.pop_front() {
+            last = None;
             if comp == b".." {
                 cur = self.fs.parent_of(cur)?;
                 // Hold ".." like any other lookup so it stays known while we use it.
@@ -126,8 +140,9 @@ impl PathFs {
                 continue;
             }
             cur = attr.ino;
+            last = Some(attr);
         }
-        Ok(cur)
+        Ok((cur, last))
     }
 
     /// Pins a directory reached by "..", which this mount may not have looked up yet.
@@ -179,15 +194,19 @@ impl PathFs {
     /// stat(2): attributes, following a final symlink.
     pub fn stat(&self, path: &[u8]) -> FsResult<Attr> {
         let mut pins = self.pins();
-        let ino = self.walk(&mut pins, path, true)?;
-        self.fs.getattr(ino)
+        match self.walk_attr(&mut pins, path, true)? {
+            (_, Some(attr)) => Ok(attr),
+            (ino, None) => self.fs.getattr(ino),
+        }
     }
 
     /// lstat(2): attributes of a final symlink itself.
     pub fn lstat(&self, path: &[u8]) -> FsResult<Attr> {
         let mut pins = self.pins();
-        let ino = self.walk(&mut pins, path, false)?;
-        self.fs.getattr(ino)
+        match self.walk_attr(&mut pins, path, false)? {
+            (_, Some(attr)) => Ok(attr),
+            (ino, None) => self.fs.getattr(ino),
+        }
     }
 
     /// mkdir(2).

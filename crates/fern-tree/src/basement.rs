@@ -119,6 +119,21 @@ impl Basement {
         let mut max = floor;
         let (mut i, mut j) = (0usize, 0usize);
         while i < self.len() || j < points.len() {
+            if ranges.is_empty() {
+                // Without range deletes, the rows before the next message's key are copied
+                // unchanged: find them by binary search and copy them as one slice, instead
+                // of comparing every row (a small batch into a full basement is the common
+                // case: a leaf root, a hot key pushed down).
+                let at = match points.get(j) {
+                    Some(p) => i + self.lower_bound_from(i, p.key),
+                    None => self.len(),
+                };
+                self.copy_rows(i, at, &mut out, &mut offs);
+                i = at;
+                if j == points.len() {
+                    break;
+                }
+            }
             let order = match (i < self.len(), j < points.len()) {
                 (true, true) => self.key(i).cmp(points[j].key),
                 (true, false) => Ordering::Less,
@@ -173,6 +188,44 @@ impl Basement {
         self.offs = offs;
         self.max_msn = max;
         Ok(())
+    }
+
+    /// Index, relative to `from`, of the first row at or after `from` with key >= `key`.
+    ///
+    /// Galloping: probes `from`, `from + 1`, `from + 3`, ... then searches the last step, so
+    /// the cost is logarithmic in the distance moved — cheap both for a few messages spread
+    /// over many rows and for a message on nearly every row.
+    fn lower_bound_from(&self, from: usize, key: &[u8]) -> usize {
+        let rows = &self.offs[from..];
+        let below = |o: &u32| self.key_at_off(*o) < key;
+        let (mut lo, mut step) = (0usize, 1usize);
+        while lo < rows.len() && below(&rows[lo]) {
+            lo += step;
+            step *= 2;
+        }
+        // rows[..lo - step / 2 + 1] are below `key` (or lo == 0); the answer is in between.
+        let start = if lo == 0 { 0 } else { lo + 1 - step / 2 };
+        let end = lo.min(rows.len());
+        start + rows[start..end].partition_point(below)
+    }
+
+    #[inline]
+    fn key_at_off(&self, o: u32) -> &[u8] {
+        let (kl, p) = get_varint_trusted(&self.data, o as usize);
+        let (_, p) = get_varint_trusted(&self.data, p);
+        &self.data[p..p + kl as usize]
+    }
+
+    /// Appends rows `from..to` unchanged to a basement being built as (`out`, `offs`).
+    fn copy_rows(&self, from: usize, to: usize, out: &mut Vec<u8>, offs: &mut Vec<u32>) {
+        if from >= to {
+            return;
+        }
+        let start = self.offs[from] as usize;
+        let end = self.offs.get(to).map_or(self.data.len(), |&o| o as usize);
+        let base = out.len() as u32;
+        offs.extend(self.offs[from..to].iter().map(|&o| o - start as u32 + base));
+        out.extend_from_slice(&self.data[start..end]);
     }
 
     /// Splits off rows `at..` into a new basement.

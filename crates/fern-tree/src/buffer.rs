@@ -4,7 +4,7 @@
 //! it: point messages sorted by (key, MSN), and range deletes in MSN order. The packed bytes are
 //! the partition's uncompressed bytes, so writing a buffer is one compression call.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::error::Result;
 use crate::ids::Msn;
@@ -72,10 +72,30 @@ impl MsgBuffer {
     /// Merges messages appended since the last call into the sorted index. Writers call it
     /// after appending; readers only see sealed buffers (invariant N7).
     pub(crate) fn seal(&mut self) {
+        self.seal_at(None);
+    }
+
+    /// `seal`, given for each pending message (in `pending` order) where it goes in `sorted`
+    /// as of now — after every sealed message with a key at or below its own — when the caller
+    /// already searched for it (coalescing does), so a few new messages cost no new search.
+    fn seal_at(&mut self, places: Option<Vec<usize>>) {
         if self.pending.is_empty() {
             return;
         }
         let mut pending = std::mem::take(&mut self.pending);
+        if let Some(places) = places.filter(|p| p.len() == pending.len()) {
+            if pending.len() * 16 < self.sorted.len() {
+                let mut todo: Vec<(usize, u32)> = places.into_iter().zip(pending).collect();
+                // By key, stable: equal keys keep MSN order. Places grow with the key, so
+                // inserting from the last one backwards leaves the earlier places valid, and
+                // of two messages with one place the older is inserted last, i.e. first.
+                todo.sort_by(|a, b| self.key_at(a.1).cmp(self.key_at(b.1)));
+                for &(at, off) in todo.iter().rev() {
+                    self.sorted.insert(at, off);
+                }
+                return;
+            }
+        }
         // Appended in MSN order, so a stable sort by key gives (key, MSN) order; every pending
         // message is newer than every sorted one, so ties in the merge go to `sorted` first.
         pending.sort_by(|&a, &b| self.key_at(a).cmp(self.key_at(b)));
@@ -116,39 +136,46 @@ impl MsgBuffer {
     /// (`msg::coalesce`), and compacting the packed bytes when many are dead. Messages stay in
     /// MSN order (invariant N3): a replacement takes the newer message's place and MSN.
     pub(crate) fn seal_coalescing(&mut self, upserts: &UpsertRegistry) {
-        self.coalesce_pending(upserts);
-        self.seal();
+        let places = self.coalesce_pending(upserts);
+        self.seal_at(places);
         if self.dead >= COMPACT_DEAD_BYTES && self.dead * 2 >= self.data.len() {
             self.compact();
         }
     }
 
-    fn coalesce_pending(&mut self, upserts: &UpsertRegistry) {
-        let Some(&first) = self.pending.first() else {
-            return;
-        };
-        let tail = first as usize;
+    /// Coalesces this round's messages (see `seal_coalescing`). Returns, for each message left
+    /// in `pending`, its place in `sorted` (see `seal_at`), found by the search coalescing makes
+    /// anyway; `None` when the round was not examined.
+    fn coalesce_pending(&mut self, upserts: &UpsertRegistry) -> Option<Vec<usize>> {
+        let tail = *self.pending.first()? as usize;
         // A range delete appended in this round sits between the new point messages; such
         // rounds are rare, so they are simply not coalesced.
         if self.ranges.last().is_some_and(|&r| r as usize >= tail) {
-            return;
+            return None;
         }
         // This round's messages in MSN order; `None` once coalesced into a later one. A
         // message that replaced a sealed one takes over its place in `sorted` (the index of
         // that place rides along): it is the newest for its key, so that place is its place.
-        let mut out: Vec<Option<(Slot, Option<usize>)>> = Vec::with_capacity(self.pending.len());
+        // Each also carries where it would be inserted into `sorted` (its search result).
+        let mut out: Vec<Option<(Slot, Option<usize>, usize)>> =
+            Vec::with_capacity(self.pending.len());
         let mut kill: Vec<u32> = Vec::new();
         let mut changed = false;
         {
             let data = &self.data;
-            let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(self.pending.len());
+            let mut last = LastByKey::with_capacity(self.pending.len());
             for &off in &self.pending {
                 let m = MsgRef::decode_trusted(data, off as usize);
                 let mut slot = Slot::Here(off);
                 let mut place = None;
-                if let Some(&j) = last.get(m.key) {
+                let at;
+                if let Some(j) = last.get(m.key) {
                     // The previous message for this key came in this round.
-                    if let Some((prev, prev_place)) = &out[j] {
+                    at = out[j].as_ref().map_or_else(
+                        || self.sorted.partition_point(|&o| key_at(data, o) <= m.key),
+                        |e| e.2,
+                    );
+                    if let Some((prev, prev_place, _)) = &out[j] {
                         match coalesce(&prev.view(data), &m, upserts) {
                             Coalesced::No => {}
                             Coalesced::DropOlder => {
@@ -165,7 +192,7 @@ impl MsgBuffer {
                 } else {
                     // The previous message for this key, if any, is the last sealed one; a
                     // newer range delete covering the key stands between them.
-                    let at = self.sorted.partition_point(|&o| key_at(data, o) <= m.key);
+                    at = self.sorted.partition_point(|&o| key_at(data, o) <= m.key);
                     if at > 0 && key_at(data, self.sorted[at - 1]) == m.key {
                         let prev_off = self.sorted[at - 1];
                         let prev = MsgRef::decode_trusted(data, prev_off as usize);
@@ -191,20 +218,24 @@ impl MsgBuffer {
                 }
                 changed |= place.is_some() || matches!(slot, Slot::Made(_));
                 last.insert(m.key, out.len());
-                out.push(Some((slot, place)));
+                out.push(Some((slot, place, at)));
             }
             if !changed && out.iter().all(Option::is_some) {
-                return;
+                return Some(out.iter().flatten().map(|e| e.2).collect());
             }
             // Rebuild this round's bytes: the surviving messages, in their MSN order.
             let mut fresh = Vec::with_capacity(data.len() - tail);
             let mut pending = Vec::with_capacity(out.len());
+            let mut places = Vec::with_capacity(out.len());
             let mut placed = Vec::new();
-            for (slot, place) in out.iter().flatten() {
+            for (slot, place, at) in out.iter().flatten() {
                 let off = (tail + fresh.len()) as u32;
                 match place {
                     Some(i) => placed.push((*i, off)),
-                    None => pending.push(off),
+                    None => {
+                        pending.push(off);
+                        places.push(*at);
+                    }
                 }
                 match slot {
                     Slot::Here(o) => {
@@ -221,11 +252,12 @@ impl MsgBuffer {
             for (i, off) in placed {
                 self.sorted[i] = off;
             }
-        }
-        for &o in &kill {
-            let m = MsgRef::decode_trusted(&self.data, o as usize);
-            self.dead += m.len;
-            self.data[o as usize] |= DEAD;
+            for &o in &kill {
+                let m = MsgRef::decode_trusted(&self.data, o as usize);
+                self.dead += m.len;
+                self.data[o as usize] |= DEAD;
+            }
+            Some(places)
         }
     }
 
@@ -408,6 +440,42 @@ impl MsgBuffer {
         points.sort_by(|&a, &b| buf.key_at(a).cmp(buf.key_at(b)));
         buf.sorted = points;
         Ok(buf)
+    }
+}
+
+/// The latest message of the round for each key seen: a short list searched linearly for the
+/// usual round of a few messages (no hashing, no allocation beyond the list), a map for long
+/// rounds (a flush moving a whole buffer).
+enum LastByKey<'a> {
+    Few(Vec<(&'a [u8], usize)>),
+    Many(HashMap<&'a [u8], usize>),
+}
+
+impl<'a> LastByKey<'a> {
+    const FEW: usize = 16;
+
+    fn with_capacity(n: usize) -> Self {
+        if n <= Self::FEW {
+            LastByKey::Few(Vec::with_capacity(n))
+        } else {
+            LastByKey::Many(HashMap::with_capacity(n))
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        match self {
+            LastByKey::Few(v) => v.iter().rev().find(|(k, _)| *k == key).map(|&(_, j)| j),
+            LastByKey::Many(m) => m.get(key).copied(),
+        }
+    }
+
+    fn insert(&mut self, key: &'a [u8], j: usize) {
+        match self {
+            LastByKey::Few(v) => v.push((key, j)),
+            LastByKey::Many(m) => {
+                m.insert(key, j);
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! using; a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
 //! a change (invariant C2). Never: decides tree structure, or frees blocks.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 

@@ -9,7 +9,7 @@
 //! Insert: `vlen varint | value`; Delete: nothing; Upsert: `fn id u32 LE | alen varint | arg`;
 //! RangeDelete: `hlen varint | hi` (the key is `lo`, the range is `[lo, hi)`).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};

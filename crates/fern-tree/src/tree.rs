@@ -209,6 +209,22 @@ fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
         Body::Leaf { pivots, parts } => {
             let mut points = Vec::new();
             let ranges: Vec<MsgRef<'_>> = msgs.ranges().collect();
+            if ranges.is_empty() {
+                // Point messages only: walk them once in key order and apply each partition's
+                // run, touching only the partitions that receive something (a leaf root takes
+                // one or two messages per write and holds dozens of partitions).
+                msgs.points_in(&[], None, &mut points);
+                let mut rest = &points[..];
+                while let Some(first) = rest.first() {
+                    let i = child_for(pivots, first.key);
+                    let hi = pivots.get(i).map(Vec::as_slice);
+                    let n = hi.map_or(rest.len(), |h| rest.partition_point(|m| m.key < h));
+                    Arc::make_mut(parts[i].get_mut()).apply(&rest[..n], &[], ctx.upserts)?;
+                    rest = &rest[n..];
+                }
+                normalize_basements(pivots, parts, ctx.shape.basement_bytes);
+                return Ok(());
+            }
             for (i, part) in parts.iter_mut().enumerate() {
                 let (lo, hi) = range_of(pivots, i);
                 points.clear();
@@ -864,7 +880,8 @@ pub(crate) enum Seek<'k> {
     Last,
 }
 
-/// A leaf's rows with every pending message applied, and the leaf's key range.
+/// Consecutive basements of a leaf with every pending message applied, and the key range they
+/// cover (a part of the leaf's range: see `leaf_rows`).
 pub(crate) struct LeafRows {
     pub rows: Vec<Arc<Basement>>,
     /// Inclusive lower bound of the leaf's range (None: unbounded).
@@ -873,7 +890,7 @@ pub(crate) struct LeafRows {
     pub hi: Option<Vec<u8>>,
 }
 
-/// Materializes one leaf for a scan or cursor.
+/// Materializes a window of one leaf for a scan or cursor.
 pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<LeafRows> {
     let mut path: Vec<(SharedNode, usize)> = Vec::new();
     let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
@@ -901,7 +918,44 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
         id = children[i];
         path.push((n.clone(), i));
     };
-    // Pending messages for the leaf's range, from every ancestor, in (key, MSN) order.
+    // Only a window of the leaf's basements is materialized — the one the seek lands in, and
+    // neighbours in the direction of travel up to two basements' worth of rows (32 KiB by
+    // default; small test shapes get small windows, so tests cross windows) — with the window's
+    // bounds as `lo`/`hi`, so the cursor continues with the next window. A scan that wants a
+    // few rows (a directory's first entry, a readdir page) pays for one basement and the
+    // messages for it, not for the whole leaf and every message pending above it.
+    let pivots = leaf.pivots();
+    let nparts = pivots.len() + 1;
+    let (mut first, mut last) = match seek {
+        Seek::AtOrAfter(k) => {
+            let j = child_for(pivots, k);
+            (j, j)
+        }
+        Seek::Before(k) => {
+            let j = child_before(pivots, k);
+            (j, j)
+        }
+        Seek::Last => (nparts - 1, nparts - 1),
+    };
+    let window_bytes = 2 * ctx.shape.basement_bytes;
+    let mut bytes = ctx.basement(&leaf, first)?.bytes();
+    while bytes < window_bytes {
+        let next = match seek {
+            Seek::AtOrAfter(_) if last + 1 < nparts => last + 1,
+            Seek::Before(_) | Seek::Last if first > 0 => first - 1,
+            _ => break,
+        };
+        bytes += ctx.basement(&leaf, next)?.bytes();
+        first = first.min(next);
+        last = last.max(next);
+    }
+    if first > 0 {
+        lo = Some(pivots[first - 1].clone());
+    }
+    if last + 1 < nparts {
+        hi = Some(pivots[last].clone());
+    }
+    // Pending messages for the window, from every ancestor, in (key, MSN) order.
     let mut points: Vec<MsgRef<'_>> = Vec::new();
     let mut ranges: Vec<MsgRef<'_>> = Vec::new();
     for (n, i) in &path {
@@ -911,11 +965,9 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
     }
     points.sort_by(|a, b| (a.key, a.msn).cmp(&(b.key, b.msn)));
     ranges.sort_by_key(|r| r.msn);
-    let pivots = leaf.pivots();
-    let nparts = pivots.len() + 1;
-    let mut rows = Vec::with_capacity(nparts);
+    let mut rows = Vec::with_capacity(last - first + 1);
     let mut scratch = Vec::new();
-    for j in 0..nparts {
+    for j in first..=last {
         let (blo, bhi) = range_of(pivots, j);
         let b = ctx.basement(&leaf, j)?;
         let start = blo.map_or(0, |l| points.partition_point(|m| m.key < l));
