@@ -79,6 +79,37 @@ impl Fs {
 
     fn setattr_with(&self, ino: InodeId, sa: &SetAttr, kill_suid: bool) -> FsResult<Attr> {
         let _g = self.locks.lock(&[ino]);
+        let (loc, kind) = self.set_attributes_locked(ino, sa, kill_suid)?;
+        let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
+        if kind == FileType::Directory {
+            // Under this directory's lock, like every create in it (owner.rs).
+            self.dir_groups.note(ino, &inode.stat);
+        }
+        self.attr_of(ino, &inode)
+    }
+
+    /// [`Fs::setattr_as`] without reading the attributes back: the change is one blind write,
+    /// which is all chmod(2), chown(2), truncate(2) and utimensat(2) need.
+    pub fn set_attributes_as(&self, cred: &Cred, ino: InodeId, sa: &SetAttr) -> FsResult<()> {
+        let kill_suid = crate::owner::kills_suid(cred);
+        let _g = self.locks.lock(&[ino]);
+        let (loc, kind) = self.set_attributes_locked(ino, sa, kill_suid)?;
+        if kind == FileType::Directory {
+            // The set-gid table follows a directory's mode and group (owner.rs).
+            let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
+            self.dir_groups.note(ino, &inode.stat);
+        }
+        Ok(())
+    }
+
+    /// Writes the change of a setattr; the caller holds `ino`'s lock. Returns where the inode
+    /// lives and its kind.
+    fn set_attributes_locked(
+        &self,
+        ino: InodeId,
+        sa: &SetAttr,
+        kill_suid: bool,
+    ) -> FsResult<(Loc, FileType)> {
         let (loc, kind) = self.loc(ino)?;
         let now = Timespec::now();
         let mut b = WriteBatch::new();
@@ -130,12 +161,7 @@ impl Fs {
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;
         self.kv.write(b, WriteOptions::NO_SYNC)?;
-        let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
-        if kind == FileType::Directory {
-            // Under this directory's lock, like every create in it (owner.rs).
-            self.dir_groups.note(ino, &inode.stat);
-        }
-        self.attr_of(ino, &inode)
+        Ok((loc, kind))
     }
 
     /// Opens `ino`; the handle keeps the inode (and its data, if it is unlinked) alive until

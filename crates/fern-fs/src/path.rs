@@ -336,7 +336,7 @@ impl PathFs {
     }
 
     /// truncate(2).
-    pub fn truncate(&self, path: &[u8], size: u64) -> FsResult<Attr> {
+    pub fn truncate(&self, path: &[u8], size: u64) -> FsResult<()> {
         self.setattr(
             path,
             &SetAttr {
@@ -347,7 +347,7 @@ impl PathFs {
     }
 
     /// chmod(2).
-    pub fn chmod(&self, path: &[u8], perm: u32) -> FsResult<Attr> {
+    pub fn chmod(&self, path: &[u8], perm: u32) -> FsResult<()> {
         self.setattr(
             path,
             &SetAttr {
@@ -358,7 +358,7 @@ impl PathFs {
     }
 
     /// chown(2).
-    pub fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<Attr> {
+    pub fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> FsResult<()> {
         self.setattr(
             path,
             &SetAttr {
@@ -375,7 +375,7 @@ impl PathFs {
         path: &[u8],
         atime: Option<TimeSet>,
         mtime: Option<TimeSet>,
-    ) -> FsResult<Attr> {
+    ) -> FsResult<()> {
         self.setattr(
             path,
             &SetAttr {
@@ -386,11 +386,12 @@ impl PathFs {
         )
     }
 
-    /// Any attribute change, following a final symlink.
-    pub fn setattr(&self, path: &[u8], sa: &SetAttr) -> FsResult<Attr> {
+    /// Any attribute change, following a final symlink. Like the system calls, it reports
+    /// success only; the change is a blind write (no read of the attributes back).
+    pub fn setattr(&self, path: &[u8], sa: &SetAttr) -> FsResult<()> {
         let mut pins = self.pins();
         let ino = self.walk(&mut pins, path, true)?;
-        self.fs.setattr_as(&self.cred, ino, sa)
+        self.fs.set_attributes_as(&self.cred, ino, sa)
     }
 
     /// Every entry of a directory, with attributes, in name order.

@@ -445,9 +445,9 @@ fn timestamps_follow_posix() {
         sec: 1_000_000_000,
         nsec: 123_456_789,
     };
-    let a =
-        e.p.utimens(b"/f", Some(TimeSet::At(t)), Some(TimeSet::At(t)))
-            .expect("utimens");
+    e.p.utimens(b"/f", Some(TimeSet::At(t)), Some(TimeSet::At(t)))
+        .expect("utimens");
+    let a = e.p.stat(b"/f").expect("stat");
     assert_eq!((a.atime, a.mtime), (t, t), "nanoseconds are kept");
     assert!(a.ctime >= chmodded.ctime);
     e.p.read_at(&f, 0, 1).expect("read");
@@ -484,7 +484,8 @@ fn chown_clears_setuid() {
     let e = env();
     put(&e, "/f", b"");
     e.p.chmod(b"/f", 0o6755).expect("chmod");
-    let a = e.p.chown(b"/f", Some(5), Some(6)).expect("chown");
+    e.p.chown(b"/f", Some(5), Some(6)).expect("chown");
+    let a = e.p.stat(b"/f").expect("stat");
     assert_eq!((a.uid, a.gid, a.perm), (5, 6, 0o755));
 }
 
@@ -741,7 +742,8 @@ fn permission_checks() {
     let e = env();
     put(&e, "/f", b"");
     e.p.chown(b"/f", Some(10), Some(20)).expect("chown");
-    let f = e.p.chmod(b"/f", 0o640).expect("chmod");
+    e.p.chmod(b"/f", 0o640).expect("chmod");
+    let f = e.p.stat(b"/f").expect("stat");
     let owner = Cred::user(10, 99);
     let group = Cred {
         uid: 11,
@@ -763,7 +765,8 @@ fn permission_checks() {
         "but executes only executables"
     );
     // Owner class wins even when it grants less than the group class.
-    let odd = e.p.chmod(b"/f", 0o070).expect("chmod");
+    e.p.chmod(b"/f", 0o070).expect("chmod");
+    let odd = e.p.stat(b"/f").expect("stat");
     assert_eq!(
         err(check_access(
             &odd,
@@ -778,13 +781,16 @@ fn permission_checks() {
     );
     // Sticky directory: only the owner of the file or directory (or root) may remove.
     e.p.mkdir(b"/tmp", 0o777).expect("mkdir");
-    let tmp = e.p.chmod(b"/tmp", 0o1777).expect("sticky");
+    e.p.chmod(b"/tmp", 0o1777).expect("sticky");
+    let tmp = e.p.stat(b"/tmp").expect("stat");
     let victim = e.p.stat(b"/f").expect("stat");
     assert!(check_delete(&tmp, &victim, &owner).is_ok());
     assert_eq!(err(check_delete(&tmp, &victim, &other)), libc::EPERM);
-    let plain = e.p.chmod(b"/tmp", 0o777).expect("not sticky");
+    e.p.chmod(b"/tmp", 0o777).expect("not sticky");
+    let plain = e.p.stat(b"/tmp").expect("stat");
     assert!(check_delete(&plain, &victim, &other).is_ok());
-    let ro = e.p.chmod(b"/tmp", 0o755).expect("read-only dir");
+    e.p.chmod(b"/tmp", 0o755).expect("read-only dir");
+    let ro = e.p.stat(b"/tmp").expect("stat");
     assert_eq!(err(check_delete(&ro, &victim, &other)), libc::EACCES);
     // setattr rules.
     let chmod = SetAttr {
