@@ -205,9 +205,14 @@ pub fn render(
         let _ = writeln!(
             s,
             "- memory cap: {} MiB per task (cgroup v1 memory.limit_in_bytes, FUSE daemon and \
-             programs inside; fernfs node cache {} MiB)",
+             programs inside; fernfs node cache {} MiB{})",
             cap >> 20,
-            z.fern_cache_bytes >> 20
+            z.fern_cache_bytes >> 20,
+            if z.fern_cache_bytes == cap {
+                ", the same budget"
+            } else {
+                ", NOT the cap (--cache-mib)"
+            }
         );
     }
     for k in skipped {

@@ -183,6 +183,11 @@ pub struct FsArgs {
     /// programs (needs root); fernfs's node cache is set to the same budget.
     #[arg(long)]
     pub mem_cap_mib: Option<u64>,
+    /// fernfs's node cache, MiB (fernfs-lib and the fernfs-fuse daemon; default 128, or the
+    /// memory cap when one is given). Below the cap it leaves room for the rest of the
+    /// process; the report says when it differs from the cap.
+    #[arg(long)]
+    pub cache_mib: Option<u64>,
     /// Write SVG plots into this directory: each figure per system, every system relative to
     /// the best kernel file system, and throughput over time for F1 and F5.
     #[arg(long)]
@@ -215,6 +220,12 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
     if let Some(m) = a.mem_cap_mib {
         // WORKLOADS.md: under a memory cap the engine's own cache gets the same budget.
         sizes.fern_cache_bytes = m.max(16) << 20;
+    }
+    if let Some(c) = a.cache_mib {
+        if c == 0 {
+            return Err(BenchError::Usage("--cache-mib must be at least 1".into()));
+        }
+        sizes.fern_cache_bytes = c << 20;
     }
     let mut workloads = Vec::new();
     for w in &a.workloads {
