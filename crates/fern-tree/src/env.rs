@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::blockfile::BlockFile;
+use crate::blockfile::{BlockFile, ALIGN};
 use crate::buffer::MsgBuffer;
 use crate::cache::Cache;
 use crate::codec::Compression;
@@ -162,7 +162,13 @@ pub(crate) struct Inner {
     ckpt_lock: Mutex<()>,
     /// Wakes the checkpoint thread, if there is one.
     ckpt_signal: Option<Arc<CkptSignal>>,
+    /// LSN below which this open has returned the log region's bytes to the host (W9).
+    log_released: Mutex<u64>,
 }
+
+/// Most log bytes one [`Inner::release_log_step`] punches: writers wait for one step (a few
+/// milliseconds of `fallocate` at most), not for the whole release.
+const LOG_RELEASE_STEP: u64 = 4 << 20;
 
 struct CkptSignal {
     want: Mutex<bool>,
@@ -200,7 +206,72 @@ impl Inner {
             Ok(()) => self.wal.mark_durable(lsn),
             Err(e) => self.set_poison(e.to_string()),
         }
-        result
+        result?;
+        // The write lock is held: no append can race the punches (W9).
+        loop {
+            match self.release_log_step(st) {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(e) => {
+                    self.set_poison(e.to_string());
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Returns the next piece (at most `LOG_RELEASE_STEP` bytes) of log space that no durable
+    /// checkpoint needs any more to the host, and says whether more remains (W9).
+    ///
+    /// Records below the older checkpoint's LSN are never read again: recovery starts at the
+    /// newest checkpoint's LSN, or at the older one's if the newest header is damaged (W5).
+    /// Without this, every byte ever logged stays allocated in the sparse region until the
+    /// region wraps (F8: 64 MiB of logged file data kept beside the tree after an unmount).
+    ///
+    /// The caller holds the environment's lock (read or write), so no record is appended
+    /// meanwhile. A record at LSN `x` shares its bytes with LSN `x - capacity`; records up to
+    /// `end` exist, so nothing below `end - capacity` is punched, and appends after the lock
+    /// is released land at or past `end`, outside what was punched. Punches are not synced: a
+    /// crash leaves the old bytes or zeros, and recovery reads neither (both lie below the
+    /// checkpoint's LSN).
+    fn release_log_step(&self, st: &State) -> Result<bool> {
+        let (oldest, region) = {
+            let bf = self.bf.lock();
+            match bf.loc(st.log_id) {
+                Some(r) => (bf.oldest_checkpoint_lsn().0, r),
+                None => return Ok(false),
+            }
+        };
+        let cap = u64::from(region.len);
+        let end = self.wal.end().0;
+        let mut released = self.log_released.lock();
+        let lo = (*released)
+            .max(end.saturating_sub(cap))
+            .next_multiple_of(ALIGN);
+        // The page holding `oldest` keeps live records after it, unless there are none (both
+        // checkpoints at the log's end): then its bytes past `end` belong to no record yet.
+        let target = if oldest >= end {
+            end.next_multiple_of(ALIGN)
+        } else {
+            oldest / ALIGN * ALIGN
+        };
+        let hi = target.min(lo.saturating_add(LOG_RELEASE_STEP));
+        if lo >= hi {
+            return Ok(false);
+        }
+        let mut at = lo;
+        while at < hi {
+            // The region is ALIGN-aligned and a multiple of ALIGN long, so an aligned LSN maps
+            // to an aligned offset; a piece stops at the region's end (the log wraps there).
+            let pos = at % cap;
+            let n = (hi - at).min(cap - pos);
+            self.dev
+                .punch_hole(region.offset + pos, n)
+                .map_err(|e| Error::io(format!("returning log space below LSN {hi}"), e))?;
+            at += n;
+        }
+        *released = hi;
+        Ok(hi < target)
     }
 
     /// Closes: waits for a running checkpoint, stops the background threads, and (unless
@@ -218,7 +289,14 @@ impl Inner {
             return Ok(());
         }
         let st = self.state.write();
-        self.checkpoint_locked(&st)
+        self.checkpoint_locked(&st)?;
+        // A second checkpoint (nothing is dirty now: a table, a meta blob, two syncs) makes
+        // both header slots name the final state, so an unmounted image keeps no log records
+        // and no node versions only the older checkpoint referenced (W9, B4).
+        if self.bf.lock().oldest_checkpoint_lsn() < self.wal.end() {
+            self.checkpoint_locked(&st)?;
+        }
+        Ok(())
     }
 
     /// Records the first failure (E2) and fails every waiter of the log (W3).
@@ -491,6 +569,7 @@ impl Env {
             wal,
             durability: opts.durability,
             ckpt_lock: Mutex::new(()),
+            log_released: Mutex::new(0),
             ckpt_signal: opts.checkpoint_thread.then(|| {
                 Arc::new(CkptSignal {
                     want: Mutex::new(false),
@@ -854,17 +933,27 @@ impl Env {
         let locs = self.poison(written)?;
         // The checkpoint's syncs covered every log record written before the snapshot.
         i.wal.mark_durable(lsn);
-        let _st = i.state.write();
-        let mut bf = i.bf.lock();
-        for (n, loc) in snapshot.iter().zip(locs) {
-            if i.cache.is_current(n) {
-                bf.adopt(n.id, loc);
-                n.set_dirty(false);
-            } else {
-                bf.not_adopted(n.id, loc);
+        {
+            let _st = i.state.write();
+            let mut bf = i.bf.lock();
+            for (n, loc) in snapshot.iter().zip(locs) {
+                if i.cache.is_current(n) {
+                    bf.adopt(n.id, loc);
+                    n.set_dirty(false);
+                } else {
+                    bf.not_adopted(n.id, loc);
+                }
             }
         }
-        Ok(())
+        // Log space is returned piece by piece under the read lock: appends wait for one
+        // piece at a time (W8, W9), readers not at all. A failed punch is a failed device
+        // write: it poisons (E2), though the committed checkpoint stands.
+        loop {
+            let st = i.state.read();
+            if !self.poison(i.release_log_step(&st))? {
+                return Ok(());
+            }
+        }
     }
 
     /// The sharp checkpoint: everything under the write lock.

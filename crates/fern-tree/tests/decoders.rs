@@ -31,7 +31,7 @@ fn samples() -> &'static Samples {
             node_bytes: 4096,
             basement_bytes: 512,
             fanout: 4,
-            log_bytes: 64 << 10, // no wrap: the region starts with the record at LSN 0
+            log_bytes: 64 << 10,
             sync_interval: None,
             checkpoint_thread: false,
             ..Options::default()
@@ -57,11 +57,21 @@ fn samples() -> &'static Samples {
         let o = BlockFile::open(Arc::new(MemDevice::from_bytes(image.clone()))).expect("open");
         let blocks: Vec<_> = o.file.live_blocks().collect();
         let slice = |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
-        let log = blocks
+        let region = blocks
             .iter()
             .max_by_key(|(_, l)| l.len)
             .map(|(_, l)| slice(l.offset, l.len as u64))
             .expect("log region");
+        let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        // The newest header (layout in docs/format.md).
+        let gen = |s: usize| u64_at(&image, s * 4096 + 16);
+        let h = if gen(0) > gen(1) { 0 } else { 4096 };
+        // The first record after the newest checkpoint (the batch above): the log before the
+        // older checkpoint's LSN has been returned to the device (W9) and reads as zeros. The
+        // region is rotated so that record starts at 0 even where it wraps.
+        let at = (u64_at(&image, h + 24) % region.len() as u64) as usize;
+        let log = [&region[at..], &region[..at]].concat();
         let nodes = blocks
             .iter()
             .filter(|(_, l)| (l.len as u64) < 64 << 10)
@@ -71,11 +81,7 @@ fn samples() -> &'static Samples {
                 b
             })
             .collect();
-        let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
-        // The newest header's BTT (layout in docs/format.md).
-        let gen = |s: usize| u64_at(&image, s * 4096 + 16);
-        let h = if gen(0) > gen(1) { 0 } else { 4096 };
+        // The newest header's BTT.
         let btt = slice(u64_at(&image, h + 32), u32_at(&image, h + 40) as u64);
         let mut partitions = Vec::new();
         for (c, raw) in [
