@@ -6,8 +6,9 @@
 //! the same batch as their data; truncation trims and range-deletes in the same batch as the
 //! size change; so extending a file later never uncovers stale bytes.
 //!
-//! Writes are blind (an upsert per touched block and one of the stat) and must never read
-//! before they write, except O_APPEND, which must learn the size.
+//! Writes are blind (a put per whole block, an upsert per partly written block, and an upsert
+//! of the stat) and must never read before they write, except O_APPEND, which must learn the
+//! size.
 
 use fern_kv::{Direction, KeyRange, WriteBatch, WriteOptions};
 
@@ -163,16 +164,21 @@ impl Fs {
                 let at = pos + p as u64;
                 let in_block = (at % bs) as usize;
                 let take = (n - p).min(bs as usize - in_block);
-                let op = BlockOp::Write {
-                    offset: in_block as u32,
-                    bytes: &data[done + p..done + p + take],
-                };
-                b.upsert(
-                    self.t.data,
-                    schema::block_key(ino, at / bs),
-                    FN_BLOCK,
-                    op.encode(),
-                );
+                let bytes = &data[done + p..done + p + take];
+                let key = schema::block_key(ino, at / bs);
+                if take == bs as usize {
+                    // A whole block replaces whatever was there (a stored block is never
+                    // longer than `bs`), so it is a plain put: the same result as the Write
+                    // upsert on any old value, without an update function to run where it
+                    // meets the row (large sequential writes, F7).
+                    b.put(self.t.data, key, bytes);
+                } else {
+                    let op = BlockOp::Write {
+                        offset: in_block as u32,
+                        bytes,
+                    };
+                    b.upsert(self.t.data, key, FN_BLOCK, op.encode());
+                }
                 p += take;
             }
             let d = StatDelta {

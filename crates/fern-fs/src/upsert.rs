@@ -109,7 +109,13 @@ pub enum BlockOp<'a> {
 impl BlockOp<'_> {
     /// Encodes the argument: tag u8 then fields (Write: offset u32 | bytes to the end).
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::default();
+        // Sized up front: a block's bytes are copied once, not through the doublings of a
+        // growing vector.
+        let extra = match self {
+            BlockOp::Write { bytes, .. } => bytes.len(),
+            _ => 4,
+        };
+        let mut w = Writer::with_capacity(5 + extra);
         match self {
             BlockOp::Write { offset, bytes } => w.u8(1).u32(*offset).bytes(bytes),
             BlockOp::Trim { len } => w.u8(2).u32(*len),
