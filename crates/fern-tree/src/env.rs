@@ -538,9 +538,12 @@ impl Env {
             .epoch
             .checked_add(1)
             .ok_or_else(|| Error::corrupt("catalog", "log epoch overflow"))?;
-        let wal = Wal::new(region, scanned.end, state.epoch);
+        let wal = Wal::new(region.clone(), scanned.end, state.epoch);
         let env = Env::assemble((dev, counters), opened.file, shape, state, wal, opts);
-        if let Err(e) = env.replay(scanned.records).and_then(|_| env.checkpoint()) {
+        if let Err(e) = env
+            .replay(&region, scanned.records)
+            .and_then(|_| env.checkpoint())
+        {
             // Never checkpoint a half-replayed state on the way out: the log still holds it.
             env.inner.closed.store(true, Ordering::SeqCst);
             return Err(e);
@@ -591,9 +594,10 @@ impl Env {
     }
 
     /// Re-applies recovered log records the checkpoint does not hold (W7).
-    fn replay(&self, records: Vec<(Lsn, LogRecord)>) -> Result<()> {
+    fn replay(&self, region: &Region, records: Vec<Lsn>) -> Result<()> {
         let mut st = self.inner.state.write();
-        for (lsn, rec) in records {
+        for lsn in records {
+            let rec = wal::read_record(region, lsn)?;
             let what = || format!("log record at LSN {lsn}");
             match rec {
                 LogRecord::CreateTree { idx, name } => {

@@ -304,8 +304,10 @@ impl Region {
 /// What [`scan`] found after a checkpoint.
 #[derive(Debug)]
 pub(crate) struct Scanned {
-    /// Whole records in LSN order: (LSN, decoded record).
-    pub records: Vec<(Lsn, LogRecord)>,
+    /// Positions of the whole records, in LSN order. Only positions: recovery reads each
+    /// record again when it applies it ([`read_record`]), so the memory it needs is bounded
+    /// by the node cache, not by the log region (up to 256 MiB of records).
+    pub records: Vec<Lsn>,
     /// LSN just past the last whole record: where appends continue.
     pub end: Lsn,
 }
@@ -338,6 +340,16 @@ fn read_frame(region: &Region, lsn: u64) -> Result<Frame> {
     Ok(Frame::Whole(h, payload))
 }
 
+/// Reads and decodes the record [`scan`] found whole at `lsn`.
+pub(crate) fn read_record(region: &Region, lsn: Lsn) -> Result<LogRecord> {
+    let what = format!("log record at LSN {lsn}");
+    match read_frame(region, lsn.0)? {
+        Frame::Whole(_, payload) => decode_record(&payload, &what),
+        // Nothing writes the log between the scan and the replay of an open.
+        _ => Err(Error::corrupt(what, "changed between the scan and the replay")),
+    }
+}
+
 /// Scans the log from `start` (a checkpoint's LSN), records of epoch at least `min_epoch`
 /// (W6), up to the last whole record (W4).
 pub(crate) fn scan(region: &Region, start: Lsn, min_epoch: u32) -> Result<Scanned> {
@@ -351,8 +363,10 @@ pub(crate) fn scan(region: &Region, start: Lsn, min_epoch: u32) -> Result<Scanne
         let bad = match read_frame(region, pos)? {
             Frame::Whole(h, payload) if h.epoch >= epoch => {
                 let what = format!("log record at LSN {pos}");
-                let rec = decode_record(&payload, &what)?;
-                records.push((Lsn(pos), rec));
+                // Decoded to validate it (a record that does not decode fails the open here,
+                // before anything is applied), then dropped.
+                decode_record(&payload, &what)?;
+                records.push(Lsn(pos));
                 epoch = h.epoch;
                 pos += FRAME_HEADER_LEN as u64 + h.len as u64;
                 continue;
