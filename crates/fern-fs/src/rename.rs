@@ -42,141 +42,138 @@ impl Fs {
         self.require_dir(newparent)?;
         let src_key = schema::named_key(parent, name);
         let dst_key = schema::named_key(newparent, newname);
-        loop {
-            let src = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
-            let dst = self.peek(newparent, newname)?;
-            if let Some(dst) = &dst {
+        let now = Timespec::now();
+        // One read of each entry, inside the transaction; the locks (named by the ids read)
+        // are taken after it. A change between the reads and the commit fails the commit (the
+        // reads are validated) and the body runs again — the same guarantee the old "peek, lock,
+        // read again, compare" loop gave, with half the reads.
+        let outcome = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            let cur_src = match txn.get(self.t.dentry, &src_key)? {
+                Some(v) => Dentry::decode(&v)?,
+                None => return Err(FsError::NotFound),
+            };
+            let cur_dst = txn
+                .get(self.t.dentry, &dst_key)?
+                .map(|v| Dentry::decode(&v))
+                .transpose()?;
+            if let Some(d) = &cur_dst {
                 // Same entry, or two links of one inode: POSIX says do nothing.
-                if src_key == dst_key || dst.id() == src.id() {
+                if src_key == dst_key || d.id() == cur_src.id() {
                     return if noreplace {
                         Err(FsError::Exists)
                     } else {
-                        Ok(())
+                        Ok(None)
                     };
                 }
             }
+            let src = cur_src.clone();
+            let dst = cur_dst.clone();
             let mut lockset = vec![parent, newparent, src.id()];
             lockset.extend(dst.as_ref().map(Dentry::id));
-            let _g = self.locks.lock(&lockset);
+            let guard = self.locks.lock(&lockset);
             let (ploc, _) = self.loc(parent)?;
             let (nploc, _) = self.loc(newparent)?;
-            let now = Timespec::now();
-            let outcome = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
-                let cur_src = match txn.get(self.t.dentry, &src_key)? {
-                    Some(v) => Dentry::decode(&v)?,
-                    None => return Err(FsError::NotFound),
+            let src_dir = cur_src.kind()? == FileType::Directory;
+            let dst_dir = match &cur_dst {
+                Some(d) => d.kind()? == FileType::Directory,
+                None => false,
+            };
+            if src_dir && parent != newparent && self.is_ancestor(&*txn, src.id(), newparent)? {
+                return Err(FsError::Invalid);
+            }
+            let mut p_nlink = 0i32;
+            let mut q_nlink = 0i32;
+            let mut dst_fate = None;
+            if exchange {
+                let Some(cur_dst) = cur_dst else {
+                    return Err(FsError::NotFound);
                 };
-                let cur_dst = txn
-                    .get(self.t.dentry, &dst_key)?
-                    .map(|v| Dentry::decode(&v))
-                    .transpose()?;
-                if cur_src.id() != src.id()
-                    || cur_dst.as_ref().map(Dentry::id) != dst.as_ref().map(Dentry::id)
+                if dst_dir
+                    && parent != newparent
+                    && self.is_ancestor(&*txn, cur_dst.id(), parent)?
                 {
-                    return Ok(None); // changed between the peek and the lock: start over
-                }
-                let src_dir = cur_src.kind()? == FileType::Directory;
-                let dst_dir = match &cur_dst {
-                    Some(d) => d.kind()? == FileType::Directory,
-                    None => false,
-                };
-                if src_dir && parent != newparent && self.is_ancestor(&*txn, src.id(), newparent)? {
                     return Err(FsError::Invalid);
                 }
-                let mut p_nlink = 0i32;
-                let mut q_nlink = 0i32;
-                let mut dst_fate = None;
-                if exchange {
-                    let Some(cur_dst) = cur_dst else {
-                        return Err(FsError::NotFound);
-                    };
-                    if dst_dir
-                        && parent != newparent
-                        && self.is_ancestor(&*txn, cur_dst.id(), parent)?
-                    {
-                        return Err(FsError::Invalid);
-                    }
-                    self.move_entry(txn.batch(), &cur_dst, &src_key, now)?;
-                    if dst_dir {
-                        txn.batch().put(
-                            self.t.dirparent,
-                            schema::id_key(cur_dst.id()),
-                            parent.0.to_be_bytes().to_vec(),
-                        );
-                    }
-                    p_nlink += i32::from(dst_dir) - i32::from(src_dir);
-                    q_nlink += i32::from(src_dir) - i32::from(dst_dir);
-                } else {
-                    if let Some(cur_dst) = cur_dst {
-                        if noreplace {
-                            return Err(FsError::Exists);
-                        }
-                        match (src_dir, dst_dir) {
-                            (true, false) => return Err(FsError::NotDir),
-                            (false, true) => return Err(FsError::IsDir),
-                            _ => {}
-                        }
-                        if dst_dir {
-                            self.remove_dir_keys(txn, cur_dst.id())?;
-                            q_nlink -= 1;
-                            dst_fate = Some((cur_dst.id(), Fate::Freed, true));
-                        } else {
-                            let id = cur_dst.id();
-                            dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?, false));
-                        }
-                    }
-                    txn.batch().delete(self.t.dentry, src_key.clone());
-                    if src_dir {
-                        p_nlink -= 1;
-                        q_nlink += 1;
-                    }
-                }
-                self.move_entry(txn.batch(), &cur_src, &dst_key, now)?;
-                if src_dir {
+                self.move_entry(txn.batch(), &cur_dst, &src_key, now)?;
+                if dst_dir {
                     txn.batch().put(
                         self.t.dirparent,
-                        schema::id_key(src.id()),
-                        newparent.0.to_be_bytes().to_vec(),
+                        schema::id_key(cur_dst.id()),
+                        parent.0.to_be_bytes().to_vec(),
                     );
                 }
-                let delta = |n: i32| StatDelta {
-                    mtime: Some(now),
-                    ctime: Some(now),
-                    nlink_add: (n != 0).then_some(n),
-                    ..StatDelta::default()
-                };
-                if parent == newparent {
-                    self.upsert_stat(txn.batch(), parent, &ploc, &delta(p_nlink + q_nlink))?;
-                } else {
-                    self.upsert_stat(txn.batch(), parent, &ploc, &delta(p_nlink))?;
-                    self.upsert_stat(txn.batch(), newparent, &nploc, &delta(q_nlink))?;
-                }
-                Ok(Some((cur_src, dst_fate)))
-            })?;
-            let Some((moved, dst_fate)) = outcome else {
-                continue;
-            };
-            // Both names now lead elsewhere (or nowhere); still under both parents' locks.
-            self.dirents.forget(parent, name);
-            self.dirents.forget(newparent, newname);
-            self.inodes
-                .relocate(moved.id(), loc_after(&moved, newparent, newname));
-            if exchange {
-                if let Some(d) = &dst {
-                    self.inodes.relocate(d.id(), loc_after(d, parent, name));
-                }
+                p_nlink += i32::from(dst_dir) - i32::from(src_dir);
+                q_nlink += i32::from(src_dir) - i32::from(dst_dir);
             } else {
-                self.names.remove(parent, name);
-                self.names.insert(newparent, newname);
-                if let Some((id, fate, was_dir)) = dst_fate {
-                    if was_dir {
-                        self.names.drop_dir(id);
+                if let Some(cur_dst) = cur_dst {
+                    if noreplace {
+                        return Err(FsError::Exists);
                     }
-                    self.settle(id, fate);
+                    match (src_dir, dst_dir) {
+                        (true, false) => return Err(FsError::NotDir),
+                        (false, true) => return Err(FsError::IsDir),
+                        _ => {}
+                    }
+                    if dst_dir {
+                        self.remove_dir_keys(txn, cur_dst.id())?;
+                        q_nlink -= 1;
+                        dst_fate = Some((cur_dst.id(), Fate::Freed, true));
+                    } else {
+                        let id = cur_dst.id();
+                        dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?, false));
+                    }
+                }
+                txn.batch().delete(self.t.dentry, src_key.clone());
+                if src_dir {
+                    p_nlink -= 1;
+                    q_nlink += 1;
                 }
             }
+            self.move_entry(txn.batch(), &cur_src, &dst_key, now)?;
+            if src_dir {
+                txn.batch().put(
+                    self.t.dirparent,
+                    schema::id_key(src.id()),
+                    newparent.0.to_be_bytes().to_vec(),
+                );
+            }
+            let delta = |n: i32| StatDelta {
+                mtime: Some(now),
+                ctime: Some(now),
+                nlink_add: (n != 0).then_some(n),
+                ..StatDelta::default()
+            };
+            if parent == newparent {
+                self.upsert_stat(txn.batch(), parent, &ploc, &delta(p_nlink + q_nlink))?;
+            } else {
+                self.upsert_stat(txn.batch(), parent, &ploc, &delta(p_nlink))?;
+                self.upsert_stat(txn.batch(), newparent, &nploc, &delta(q_nlink))?;
+            }
+            Ok(Some((cur_src, dst, dst_fate, guard)))
+        })?;
+        let Some((moved, dst, dst_fate, _guard)) = outcome else {
             return Ok(());
+        };
+        // Both names now lead elsewhere (or nowhere); still under both parents' locks.
+        self.dirents.forget(parent, name);
+        self.dirents.forget(newparent, newname);
+        self.inodes
+            .relocate(moved.id(), loc_after(&moved, newparent, newname));
+        if exchange {
+            if let Some(d) = &dst {
+                self.inodes.relocate(d.id(), loc_after(d, parent, name));
+            }
+        } else {
+            self.names.remove(parent, name);
+            self.names.insert(newparent, newname);
+            if let Some((id, fate, was_dir)) = dst_fate {
+                if was_dir {
+                    self.names.drop_dir(id);
+                }
+                self.settle(id, fate);
+            }
         }
+        Ok(())
     }
 
     /// Writes entry `d` under `key`, with the moved inode's ctime set to `now`.

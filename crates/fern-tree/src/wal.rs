@@ -346,7 +346,10 @@ pub(crate) fn read_record(region: &Region, lsn: Lsn) -> Result<LogRecord> {
     match read_frame(region, lsn.0)? {
         Frame::Whole(_, payload) => decode_record(&payload, &what),
         // Nothing writes the log between the scan and the replay of an open.
-        _ => Err(Error::corrupt(what, "changed between the scan and the replay")),
+        _ => Err(Error::corrupt(
+            what,
+            "changed between the scan and the replay",
+        )),
     }
 }
 
