@@ -65,8 +65,8 @@ pub(crate) struct Handle {
     /// Opened by a caller without root privilege: its writes clear set-id bits. False for
     /// [`Fs::open`] without credentials (a trusted caller).
     pub kill_suid: bool,
-    /// For directory handles: names already returned, indexed by (FUSE offset - 1).
-    pub dir_names: Option<Vec<Vec<u8>>>,
+    /// For directory handles: the listing's position (names returned, entries read ahead).
+    pub dir_names: Option<crate::dir::DirCursor>,
 }
 
 /// A mounted fernfs. Shareable between threads (`Arc<Fs>`).

@@ -12,9 +12,11 @@
 //!   always resolves, even after its last name is gone (then it is an orphan, freed at the
 //!   last release). Entries that fern-fs pinned but that did not fit into a readdirplus reply
 //!   are forgotten at once, so counts stay exact.
-//! * **TTLs.** Entries and attributes are cached for `entry_ttl` / `attr_ttl` (1 s by
-//!   default). The kernel invalidates what its own requests change; this mount is the only
-//!   writer of its store, so nothing else changes behind it.
+//! * **TTLs.** Entries are cached for `entry_ttl` (1 h by default) and attributes for
+//!   `attr_ttl` (1 s). The kernel invalidates what its own requests change and this mount is
+//!   the only writer of its store, so names never change behind it; attributes can (set-id
+//!   bits cleared by an unprivileged write, which the kernel does not invalidate), hence the
+//!   short attribute TTL (`MountOptions`).
 //! * **ENOSYS is permanent.** Callbacks left unimplemented (`lseek`, `copy_file_range`,
 //!   `getlk`/`setlk`, `ioctl`, `poll`, `bmap`) answer ENOSYS once and the kernel then uses its
 //!   generic fallbacks for the life of the mount: SEEK_DATA/SEEK_HOLE treat the whole file as

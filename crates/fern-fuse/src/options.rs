@@ -93,12 +93,19 @@ impl Default for MountOptions {
             read_only: false,
             allow_other: false,
             default_permissions: true,
-            // One writer (this mount) changes the namespace, and the kernel invalidates its
-            // own entries and attributes on every operation it sends us; so the TTL only
-            // bounds how long the kernel may miss a change made *behind* it (fsck --repair
-            // of a mounted image, which is refused, or a future second writer). One second
-            // is libfuse's default and costs one getattr/lookup per second per hot inode.
-            entry_ttl: Duration::from_secs(1),
+            // Names change only through requests of this kernel (one writer per store:
+            // fsck --repair of a mounted image is refused), and the kernel drops or updates
+            // the dentries its own create/unlink/rename/link requests change. So a name the
+            // kernel has resolved stays right until the kernel itself changes it, and an
+            // entry TTL only costs one LOOKUP per name per TTL: with libfuse's 1 s, a
+            // workload that comes back to files older than a second (F10's chmod + utime of
+            // the F1 tree, postmark, rm -r after a scan) re-looked up every one of them.
+            entry_ttl: Duration::from_secs(3600),
+            // Attributes do change behind the kernel: with HANDLE_KILLPRIV_V2 we clear set-id
+            // bits on writes (and fallocate) by unprivileged callers, and the kernel does not
+            // invalidate the cached mode after a write (only size and times). Until the attr
+            // TTL runs out it could still honour a set-uid bit we dropped (e.g. at execve),
+            // so this stays at libfuse's 1 s.
             attr_ttl: Duration::from_secs(1),
             writeback_cache: false,
             // Measured with F1 (sequential creates) on the 2-core CI box: 1 loop ~7000-9500
