@@ -39,6 +39,12 @@ pub struct DirEntry {
 /// ahead.
 pub const READ_AHEAD: usize = 1024;
 
+/// Entries [`Fs::readdir_fill`] takes from the handle at a time: names only, so a chunk that
+/// does not fit costs nothing but a copy.
+const FILL_CHUNK: usize = 256;
+/// The same with attributes: each costs a point read and a pin, undone if it does not fit.
+const FILL_CHUNK_PLUS: usize = 16;
+
 /// Where a FUSE-style listing of one directory handle stands: the entries returned so far
 /// (indexed by FUSE offset - 1; the cookie of offset `k` is the name of `returned[k - 1]`)
 /// and the entries scanned after them but not returned yet. `returned` followed by `ahead`
@@ -213,6 +219,57 @@ impl Fs {
             }
         }
         Ok(out)
+    }
+
+    /// Lists from FUSE offset `offset` into a reply buffer: `add(offset, entry)` is called
+    /// for each entry in order and returns `true` when the entry did not fit, which ends the
+    /// listing there (the kernel resumes from the last entry it took, and the entries read
+    /// but not taken are served again from the handle). With `plus` every entry passed to
+    /// `add` has its attributes (read by this call) and is pinned; the one that did not fit
+    /// is unpinned again, so the caller pins exactly what the kernel took.
+    ///
+    /// Why a callback: how many entries fit depends on the kernel's buffer (up to 32 KiB for
+    /// `getdents64`'s usual buffer) and on the names; a fixed count per request either wastes
+    /// round trips (too few: `ls -l` of a 128-entry directory took three readdir requests
+    /// and a LOOKUP for each entry beyond the first readdirplus reply) or, with `plus`,
+    /// point reads and pins of entries that are then thrown away (too many).
+    pub fn readdir_fill(
+        &self,
+        fh: Fh,
+        offset: u64,
+        plus: bool,
+        mut add: impl FnMut(u64, &DirEntry) -> bool,
+    ) -> FsResult<()> {
+        // Attributes are read per chunk, so a full buffer wastes at most a chunk's reads.
+        let chunk = if plus { FILL_CHUNK_PLUS } else { FILL_CHUNK };
+        let mut offset = offset;
+        let mut added = false;
+        loop {
+            let page = match self.readdir(fh, offset, chunk, plus) {
+                Ok(page) => page,
+                // What is in the buffer (and, with plus, pinned) stays valid: end the reply
+                // there, and the kernel's next request, from the last entry, meets the error.
+                Err(_) if added => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            if page.is_empty() {
+                return Ok(());
+            }
+            let mut rest = page.into_iter();
+            for (off, e) in rest.by_ref() {
+                if add(off, &e) {
+                    if plus {
+                        self.forget(e.ino, 1);
+                        for (_, later) in rest {
+                            self.forget(later.ino, 1);
+                        }
+                    }
+                    return Ok(());
+                }
+                offset = off;
+                added = true;
+            }
+        }
     }
 
     /// Entry `e` of `dir` with its attributes read now, pinned; `None` if the name is gone

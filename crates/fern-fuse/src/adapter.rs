@@ -45,10 +45,6 @@ use crate::convert::{errno, file_attr, kind, open_flags, time_set, timespec};
 use crate::killpriv::{self, KillPriv};
 use crate::options::{MountOptions, StatsSource, STATS_XATTR};
 
-/// Entries asked of fern-fs per readdir request: a 4 KiB reply holds about 100 short names.
-const READDIR_BATCH: usize = 128;
-/// Entries per readdirplus request: each carries ~150 bytes of attributes.
-const READDIRPLUS_BATCH: usize = 32;
 /// Generation of every inode (ids are never reused).
 const GEN: Generation = Generation(0);
 
@@ -433,7 +429,9 @@ impl Filesystem for FernFuse {
         }
     }
 
-    /// Offsets 1 and 2 are `.` and `..`; fern-fs's handle offsets follow, shifted by 2.
+    /// Offsets 1 and 2 are `.` and `..`; fern-fs's handle offsets follow, shifted by 2. The
+    /// reply is filled until the kernel's buffer is full (one scan serves many requests; see
+    /// `Fs::readdir_fill`).
     fn readdir(
         &self,
         _req: &Request,
@@ -455,26 +453,21 @@ impl Filesystem for FernFuse {
                 return reply.ok();
             }
         }
-        match self
+        let filled = self
             .fs
-            .readdir(fh(f), offset.saturating_sub(2), READDIR_BATCH, false)
-        {
-            Ok(entries) => {
-                for (off, e) in entries {
-                    let n = OsStr::from_bytes(&e.name);
-                    if reply.add(INodeNo(e.ino.0), off + 2, kind(e.kind), n) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
+            .readdir_fill(fh(f), offset.saturating_sub(2), false, |off, e| {
+                let n = OsStr::from_bytes(&e.name);
+                reply.add(INodeNo(e.ino.0), off + 2, kind(e.kind), n)
+            });
+        match filled {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    /// As `readdir`, with attributes. The kernel counts a lookup for every entry it accepts
-    /// except `.` and `..`; fern-fs pinned every entry it returned, so those that did not fit
-    /// are forgotten here.
+    /// As `readdir`, with attributes, filled until the kernel's buffer is full. The kernel
+    /// counts a lookup for every entry it accepts except `.` and `..`; fern-fs pins exactly
+    /// the entries `add` took (the one that did not fit is unpinned there).
     fn readdirplus(
         &self,
         _req: &Request,
@@ -502,33 +495,21 @@ impl Filesystem for FernFuse {
                 return reply.ok();
             }
         }
-        match self
+        let filled = self
             .fs
-            .readdir(fh(f), offset.saturating_sub(2), READDIRPLUS_BATCH, true)
-        {
-            Ok(entries) => {
-                let mut full = false;
-                for (off, e) in entries {
-                    match (&e.attr, full) {
-                        (Some(a), false) => {
-                            let n = OsStr::from_bytes(&e.name);
-                            full = reply.add(
-                                INodeNo(e.ino.0),
-                                off + 2,
-                                n,
-                                &self.entry_ttl,
-                                &file_attr(a),
-                                GEN,
-                            );
-                            if full {
-                                self.fs.forget(e.ino, 1);
-                            }
-                        }
-                        _ => self.fs.forget(e.ino, 1),
-                    }
-                }
-                reply.ok()
-            }
+            .readdir_fill(fh(f), offset.saturating_sub(2), true, |off, e| {
+                let Some(a) = &e.attr else {
+                    // fern-fs attaches attributes to every plus entry; should one lack them,
+                    // it is skipped and its pin dropped, so lookup counts stay exact.
+                    self.fs.forget(e.ino, 1);
+                    return false;
+                };
+                let n = OsStr::from_bytes(&e.name);
+                let fa = file_attr(a);
+                reply.add(INodeNo(e.ino.0), off + 2, n, &self.entry_ttl, &fa, GEN)
+            });
+        match filled {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
