@@ -9,7 +9,7 @@
 //! between with `echo 3 > /proc/sys/vm/drop_caches` if wanted: the tool does it when root),
 //! read back in 1 MiB reads and checked. F8: the benchmark's text corpus written as files
 //! (128 per directory) + sync, closed; the image's allocated bytes are the figure. The image
-//! is left in place for `fernfs stat`.
+//! is left in place for `fernfs stat`. `FERN_ZSTD=LEVEL` creates the image with zstd.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -55,8 +55,19 @@ fn mount(store: &Arc<TreeStore>) -> Result<PathFs, Box<dyn std::error::Error>> {
     Ok(PathFs::new(Arc::new(Fs::mount(kv)?), Cred::root()))
 }
 
+/// `FERN_ZSTD=LEVEL` makes the image with zstd at that level instead of the default lz4 (to
+/// see what F8's tree part would take).
 fn create(image: &Path) -> Result<(Arc<TreeStore>, PathFs), Box<dyn std::error::Error>> {
-    let store = TreeStore::create(image, CACHE, fern_fs::registry())?;
+    let mut opts = fern_tree::Options {
+        cache_bytes: CACHE,
+        ..fern_tree::Options::default()
+    };
+    if let Ok(level) = std::env::var("FERN_ZSTD") {
+        opts.compression = fern_tree::Compression::Zstd {
+            level: level.parse()?,
+        };
+    }
+    let store = TreeStore::create_with(image, opts, fern_fs::registry())?;
     Fs::mkfs(&store, MkfsOptions::default())?;
     let store = Arc::new(store);
     let pfs = mount(&store)?;
