@@ -285,8 +285,11 @@ pub fn sweep_stale_runs(tmp: &Path) -> Vec<String> {
         let dir = e.path();
         done.extend(cleanup_leftovers(&dir));
         if fs::remove_dir_all(&dir).is_ok() {
+            // A finished run keeps its scratch directory when a task failed (the failure
+            // message points at the task's log there), so not every leftover is a crash.
             done.push(format!(
-                "removed {} (left by a run that died)",
+                "removed {} (left by an earlier run: one that died, or the logs of its failed \
+                 tasks)",
                 dir.display()
             ));
         }
