@@ -281,3 +281,43 @@ fn stat_reports_live_engine_figures_of_a_mount() {
     assert!(e["backlog_messages"].as_u64().is_some(), "{e}");
     assert!(e["live_nodes"].as_u64().unwrap() >= 1, "{e}");
 }
+
+/// A foreground mount ends with status 0 and a closed image when it is unmounted. Its
+/// session wakes its signal watcher with a process-directed SIGUSR1; before the engine's
+/// threads blocked it, one of them could take that signal and the daemon died (status 138)
+/// without its final checkpoint.
+#[test]
+fn foreground_mount_exits_cleanly_at_unmount() {
+    if let Err(why) = fuse_available() {
+        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (i, m) = (img.as_os_str(), mnt.as_os_str());
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mkfs".as_ref(), i]);
+    let mut child = fernfs()
+        .args(["mount".as_ref(), "-f".as_ref(), i, m])
+        .spawn()
+        .expect("spawn fernfs mount -f");
+    let start = Instant::now();
+    while !fs::read_to_string("/proc/mounts")
+        .map(|t| t.contains(&*mnt.to_string_lossy()))
+        .unwrap_or(false)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the mount did not appear"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fs::write(mnt.join("f"), vec![7u8; 1 << 20]).unwrap();
+    ok(&["umount".as_ref(), m]);
+    let status = child.wait().expect("wait for the daemon");
+    assert!(status.success(), "the daemon ended with {status}");
+    let fsck = ok(&["fsck".as_ref(), i]);
+    assert!(String::from_utf8_lossy(&fsck.stdout).contains("0 problems"));
+}
