@@ -51,10 +51,30 @@ const FILL_CHUNK_PLUS: usize = 16;
 /// is always a contiguous run of the directory in name order, as the scans saw it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DirCursor {
-    returned: Vec<DirEntry>,
-    ahead: VecDeque<DirEntry>,
+    returned: Vec<Listed>,
+    ahead: VecDeque<Listed>,
     /// The last scan reached the end of the directory: nothing follows `ahead`.
     at_end: bool,
+}
+
+/// One listed name as a handle keeps it: what a plain readdir returns. Not a [`DirEntry`],
+/// whose room for attributes would more than double the memory of a handle that lists a
+/// large directory (the handle keeps every returned name: they are the FUSE offsets).
+#[derive(Clone, Debug)]
+struct Listed {
+    name: Vec<u8>,
+    ino: InodeId,
+    kind: FileType,
+}
+
+impl From<DirEntry> for Listed {
+    fn from(e: DirEntry) -> Self {
+        Listed {
+            name: e.name,
+            ino: e.ino,
+            kind: e.kind,
+        }
+    }
 }
 
 impl DirCursor {
@@ -84,8 +104,14 @@ impl DirCursor {
     fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry)> {
         let n = limit.min(self.ahead.len());
         let mut out = Vec::with_capacity(n);
-        for e in self.ahead.drain(..n) {
-            self.returned.push(e.clone());
+        for l in self.ahead.drain(..n) {
+            let e = DirEntry {
+                name: l.name.clone(),
+                ino: l.ino,
+                kind: l.kind,
+                attr: None,
+            };
+            self.returned.push(l);
             out.push((self.returned.len() as u64, e));
         }
         out
@@ -197,7 +223,7 @@ impl Fs {
                 .and_then(|h| h.dir_names.as_mut())
                 .ok_or(FsError::BadHandle)?;
             if c.returned.len() == offset as usize && c.ahead.is_empty() && !c.at_end {
-                c.ahead.extend(entries.drain(..));
+                c.ahead.extend(entries.drain(..).map(Listed::from));
                 c.at_end = at_end;
                 break (dir, c.serve(limit));
             }
