@@ -41,9 +41,6 @@ use crate::{BenchError, Result};
 
 /// The open flags of fern-fuse's adapter (see its `OPEN_FLAGS`).
 const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
-/// Entries per readdir / readdirplus request, as fern-fuse asks of fern-fs.
-const READDIR_BATCH: usize = 128;
-const READDIRPLUS_BATCH: usize = 32;
 const ROOT: u64 = 1;
 
 /// One inode: attributes only.
@@ -609,7 +606,8 @@ impl Filesystem for NullFs {
             return reply.ok();
         }
         let skip = offset.saturating_sub(2) as usize;
-        for (k, (name, &ino)) in d.children.iter().enumerate().skip(skip).take(READDIR_BATCH) {
+        // Until the kernel's buffer is full, as fern-fuse fills its replies (Fs::readdir_fill).
+        for (k, (name, &ino)) in d.children.iter().enumerate().skip(skip) {
             let kind = match s.nodes.get(&ino) {
                 Some(n) if n.dir => FileType::Directory,
                 Some(n) if n.symlink.is_some() => FileType::Symlink,
@@ -646,13 +644,8 @@ impl Filesystem for NullFs {
             }
         }
         let skip = offset.saturating_sub(2) as usize;
-        for (k, (name, &ino)) in d
-            .children
-            .iter()
-            .enumerate()
-            .skip(skip)
-            .take(READDIRPLUS_BATCH)
-        {
+        // Until the kernel's buffer is full, as fern-fuse fills its replies (Fs::readdir_fill).
+        for (k, (name, &ino)) in d.children.iter().enumerate().skip(skip) {
             let Some(a) = s.attr(ino) else { continue };
             let n = OsStr::from_bytes(name);
             if reply.add(INodeNo(ino), k as u64 + 3, n, &self.entry_ttl, &a, GEN) {
