@@ -21,4 +21,6 @@ mod session;
 
 pub use adapter::FernFuse;
 pub use options::{parse_size, MountOptions, OptionError, StatsSource, STATS_XATTR};
-pub use session::{fusermount_unmount, lazy_unmount, serve, Mounted, Stopped};
+pub use session::{
+    block_session_signals, fusermount_unmount, lazy_unmount, serve, Mounted, Stopped,
+};

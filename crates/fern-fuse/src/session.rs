@@ -70,6 +70,26 @@ pub enum Stopped {
     Signal(i32),
 }
 
+/// Blocks the signals a session waits for (SIGTERM, SIGINT, SIGHUP, and SIGUSR1, its own
+/// "session over" wake-up, which is sent to the whole process) in the calling thread, and so
+/// in every thread it starts afterwards; returns the set. [`serve`] calls it, but a daemon
+/// must call it itself before it starts any other thread (opening the store starts the
+/// engine's): a thread that does not block SIGUSR1 may receive the wake-up, whose default
+/// action ends the process before the store is closed.
+pub fn block_session_signals() -> io::Result<SigSet> {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+    ] {
+        set.add(s);
+    }
+    set.thread_block().map_err(io::Error::from)?;
+    Ok(set)
+}
+
 /// Serves `fs` at `mountpoint` on this thread until unmounted or signalled; `on_ready` runs
 /// once the mount is usable (the daemon tells its parent then). On SIGTERM, SIGINT or SIGHUP
 /// the store is synced at once and the mount is unmounted (lazily, if busy: the kernel then
@@ -84,16 +104,7 @@ pub fn serve(
     opts: &MountOptions,
     on_ready: impl FnOnce(),
 ) -> io::Result<Stopped> {
-    let mut set = SigSet::empty();
-    for s in [
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGUSR1,
-    ] {
-        set.add(s);
-    }
-    set.thread_block().map_err(io::Error::from)?;
+    let set = block_session_signals()?;
     let adapter = FernFuse::new(fs.clone(), opts);
     let mut session = Session::new(adapter, mountpoint, &opts.fuser_config())?;
     let mut unmounter = session.unmount_callable();

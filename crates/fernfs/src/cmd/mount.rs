@@ -105,17 +105,8 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
 /// Blocked here, before the image opens, every thread inherits the mask and only the
 /// watcher's wait receives them.
 fn block_session_signals() -> Result<(), CmdError> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for s in [
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGUSR1,
-    ] {
-        set.add(s);
-    }
-    set.thread_block()
+    fern_fuse::block_session_signals()
+        .map(drop)
         .map_err(|e| CmdError::new(format!("blocking the session's signals: {e}")))
 }
 
