@@ -52,6 +52,27 @@ pub struct OpenOptions {
     pub perm: u32,
 }
 
+impl OpenOptions {
+    /// Write-only, created if missing (`O_WRONLY | O_CREAT`), with `perm` if created.
+    pub fn create_write(perm: u32) -> Self {
+        OpenOptions {
+            flags: OpenFlags {
+                write: true,
+                ..OpenFlags::default()
+            },
+            create: true,
+            perm,
+        }
+    }
+
+    /// Write-only, a new file that must not exist yet (`O_WRONLY | O_CREAT | O_EXCL`).
+    pub fn create_new(perm: u32) -> Self {
+        let mut o = Self::create_write(perm);
+        o.flags.exclusive = true;
+        o
+    }
+}
+
 /// Lookups held for one call, forgotten on drop.
 struct Pins<'a> {
     fs: &'a Fs,

@@ -8,17 +8,10 @@ use common::mem_store as open_store;
 
 use common::env;
 use fern_fs::path::OpenOptions;
-use fern_fs::{InodeId, OpenFlags};
+use fern_fs::InodeId;
 
 fn put(e: &common::Env, path: &str, data: &[u8]) {
-    let opts = OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    };
+    let opts = OpenOptions::create_write(0o644);
     let f = e.p.open(path.as_bytes(), opts).expect("open");
     e.p.write_at(&f, 0, data).expect("write");
     e.p.close(f).expect("close");

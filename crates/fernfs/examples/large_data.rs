@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use fern_bench::fs::workloads::{corpus_file, corpus_files};
 use fern_fs::path::{OpenOptions, PathFs};
-use fern_fs::{Cred, Fs, MkfsOptions, OpenFlags};
+use fern_fs::{Cred, Fs, MkfsOptions};
 use fern_kv::KvStore;
 use fern_kv_tree::TreeStore;
 
@@ -126,14 +126,7 @@ fn drop_caches() {
 fn f7(image: &Path, mib_total: u64, read: bool) -> Result<(), Box<dyn std::error::Error>> {
     const CHUNK: usize = 1 << 20;
     let (store, pfs) = create(image)?;
-    let opts = OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    };
+    let opts = OpenOptions::create_write(0o644);
     let f = pfs.open(b"/big", opts)?;
     let mut buf = vec![0u8; CHUNK];
     let mut timed = std::time::Duration::ZERO;
@@ -204,15 +197,7 @@ fn f8(image: &Path, mib_total: u64) -> Result<(), Box<dyn std::error::Error>> {
         if i % 128 == 0 {
             pfs.mkdir(format!("/c/d{}", i / 128).as_bytes(), 0o755)?;
         }
-        let opts = OpenOptions {
-            flags: OpenFlags {
-                write: true,
-                exclusive: true,
-                ..OpenFlags::default()
-            },
-            create: true,
-            perm: 0o644,
-        };
+        let opts = OpenOptions::create_new(0o644);
         let f = pfs.open(format!("/c/d{}/f{}", i / 128, i % 128).as_bytes(), opts)?;
         pfs.write_at(&f, 0, &corpus_file(seed, i))?;
         pfs.close(f)?;

@@ -137,15 +137,7 @@ impl FsTarget for LibTarget {
 
     fn write_new(&self, path: &str, data: &[u8]) -> Result<()> {
         let pfs = self.pfs()?;
-        let opts = OpenOptions {
-            flags: OpenFlags {
-                write: true,
-                exclusive: true,
-                ..OpenFlags::default()
-            },
-            create: true,
-            perm: 0o644,
-        };
+        let opts = OpenOptions::create_new(0o644);
         let f = pfs
             .open(&abs(path), opts)
             .map_err(|e| op_err(SYSTEM, "create", path, e))?;

@@ -13,7 +13,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use clap::Args;
 use fern_fs::path::{OpenOptions, PathFs};
-use fern_fs::{Cred, FileType, OpenFlags, TimeSet, Timespec};
+use fern_fs::{Cred, FileType, TimeSet, Timespec};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::image::{CmdError, Image, DEFAULT_CACHE};
@@ -141,15 +141,7 @@ pub fn import(args: ImportArgs) -> Result<(), CmdError> {
                 }
                 links.insert((m.dev(), m.ino()), ip.clone());
             }
-            let opts = OpenOptions {
-                flags: OpenFlags {
-                    write: true,
-                    exclusive: true,
-                    ..OpenFlags::default()
-                },
-                create: true,
-                perm,
-            };
+            let opts = OpenOptions::create_new(perm);
             let f = pfs.open(&ip, opts).map_err(|e| ctx("create", &ip, e))?;
             let mut src = std::fs::File::open(&hp)?;
             let mut buf = vec![0u8; CHUNK];
