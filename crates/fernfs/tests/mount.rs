@@ -2,13 +2,16 @@
 //! real image file: persistence across remounts, refusal to overwrite or double-mount, and
 //! `kill -9` of the daemon (every fsynced file survives the next mount; fsck is clean).
 //!
-//! Needs /dev/fuse and root (or fusermount3); otherwise prints SKIPPED and returns. Every
+//! Needs /dev/fuse and root (or fusermount3); otherwise SKIPPED, a failure under
+//! `FERN_REQUIRE_FUSE=1` (fern-testkit). Every
 //! mount is unmounted by a guard, lazily if need be, so a failing test leaves nothing behind.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use fern_testkit::{fuse_available, skipped, Need};
 
 fn fernfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fernfs"))
@@ -27,17 +30,6 @@ fn ok(args: &[&std::ffi::OsStr]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-fn fuse_available() -> Result<(), String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is absent".into());
-    }
-    let root = nix::unistd::geteuid().is_root();
-    if !root && Command::new("fusermount3").arg("-V").output().is_err() {
-        return Err("not root and no fusermount3".into());
-    }
-    Ok(())
 }
 
 /// Unmounts on drop, lazily, whatever state the daemon is in.
@@ -92,8 +84,7 @@ fn wait_gone(pid: i32, limit: Duration) -> bool {
 
 #[test]
 fn mkfs_mount_umount_fsck_and_kill_9() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -210,8 +201,7 @@ fn stat_json(target: &std::ffi::OsStr) -> serde_json::Value {
 /// unmounted image: the backlog and node counts, no per-mount counters.
 #[test]
 fn stat_reports_live_engine_figures_of_a_mount() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -288,8 +278,7 @@ fn stat_reports_live_engine_figures_of_a_mount() {
 /// without its final checkpoint.
 #[test]
 fn foreground_mount_exits_cleanly_at_unmount() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
