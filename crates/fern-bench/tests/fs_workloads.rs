@@ -123,7 +123,7 @@ fn every_workload_runs_and_checks_clean_on_fernfs_lib() {
         .map(|r| r.threads)
         .collect();
     assert_eq!(f1, vec![Some(1), Some(3)]);
-    // The JSON has the fields of WORKLOADS.md "Reporting".
+    // The JSON has the fields of docs/workloads.md "Reporting".
     let json = serde_json::to_value(&out.medians).unwrap();
     for r in json.as_array().unwrap() {
         for k in ["workload", "system", "value", "unit"] {
@@ -610,7 +610,7 @@ fn fs_mark_plan_keeps_directories_small_and_the_total_exact() {
         FsMarkPlan::new(1_000_000, 4, 128).unwrap().per_dir,
         vec![15_625; 16]
     );
-    // Invocation 2 of a 4-thread plan gets the next four top directories, with WORKLOADS.md's
+    // Invocation 2 of a 4-thread plan gets the next four top directories, with docs/workloads.md's
     // arguments.
     let p = FsMarkPlan::new(200_000, 4, 128).unwrap();
     let args = p.args(2, 200, false, std::path::Path::new("/l"));

@@ -21,7 +21,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Benchmarks of shared/WORKLOADS.md, side by side with peers.
+    /// Benchmarks of docs/workloads.md, side by side with peers.
     Bench(cmd::bench::BenchArgs),
     /// Make a new file system in an image file.
     Mkfs(cmd::mkfs::MkfsArgs),

@@ -1185,7 +1185,7 @@ pub(super) fn run_prog(cmd: &mut std::process::Command, what: &str) -> Result<St
 }
 
 /// F11: `threads` postmark instances at once, each in its own directory of the mount with
-/// WORKLOADS.md's configuration and its share of the files and transactions. Timed: from
+/// docs/workloads.md's configuration and its share of the files and transactions. Timed: from
 /// starting them to the last one's exit, plus the sync (postmark itself never fsyncs, so the
 /// sync is what makes the run durable). Checked: every instance ran to its end and left its
 /// directory empty, as postmark does.

@@ -4,7 +4,7 @@
 //!
 //! `fernfs bench engine`: the engine workloads E1–E7 and E9 against the peer engines compiled into
 //! this build (`--features peers`, `--features rocksdb`), with a table on stdout, progress on
-//! stderr and `--json FILE` records in the format of WORKLOADS.md "Reporting".
+//! stderr and `--json FILE` records in the format of docs/workloads.md "Reporting".
 //!
 //! Each task runs in a child process (this binary, re-executed with the hidden subcommand
 //! `bench engine-task`), so one engine's memory never counts against another's peak RSS.
@@ -135,7 +135,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
 /// Options of `fernfs bench fs`.
 #[derive(Debug, Args)]
 pub struct FsArgs {
-    /// Quick sizes of WORKLOADS.md (20k files, 256 MiB files, 10k-file rename, 1 repetition).
+    /// Quick sizes of docs/workloads.md (20k files, 256 MiB files, 10k-file rename, 1 repetition).
     #[arg(long)]
     pub quick: bool,
     /// Systems (fernfs-lib, fernfs-fuse, null-fuse, ext4, xfs, btrfs); a system that cannot
@@ -218,7 +218,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
         sizes.unlink_bytes = m.max(1) << 20;
     }
     if let Some(m) = a.mem_cap_mib {
-        // WORKLOADS.md: under a memory cap the engine's own cache gets the same budget.
+        // docs/workloads.md: under a memory cap the engine's own cache gets the same budget.
         sizes.fern_cache_bytes = m.max(16) << 20;
     }
     if let Some(c) = a.cache_mib {
