@@ -1,8 +1,8 @@
 //! `fernfs`: the command-line tool of fernfs.
 //!
-//! Each subcommand lives in its own module under `cmd/` (today `bench`; `mkfs`, `mount`,
-//! `fsck`, `stat` and `bench fs` are added the same way). This file only parses the command
-//! line and dispatches; results go to stdout, progress and diagnostics to stderr.
+//! Each subcommand lives in its own module under `cmd/` (`mkfs`, `mount`, `umount`, `fsck`,
+//! `stat`, `import`/`export`, `bench`). This file only parses the command line and dispatches;
+//! results go to stdout, progress and diagnostics to stderr.
 #![deny(unsafe_code)]
 
 mod cmd;
