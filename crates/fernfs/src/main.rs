@@ -22,6 +22,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Benchmarks of docs/workloads.md, side by side with peers.
+    #[cfg(feature = "bench")]
     Bench(cmd::bench::BenchArgs),
     /// Make a new file system in an image file.
     Mkfs(cmd::mkfs::MkfsArgs),
@@ -62,6 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let ok = |()| ExitCode::SUCCESS;
     let result: Result<ExitCode, cmd::image::CmdError> = match cli.command {
+        #[cfg(feature = "bench")]
         Command::Bench(args) => cmd::bench::run(args).map(ok).map_err(Into::into),
         Command::Mkfs(args) => cmd::mkfs::run(args).map(ok),
         Command::Mount(args) => cmd::mount::run(args).map(ok),
@@ -90,6 +92,7 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    #[cfg(feature = "bench")]
     #[test]
     fn bench_engine_parses_lists() {
         let cli = Cli::try_parse_from([

@@ -43,13 +43,9 @@ macro_rules! from_display {
         }
     )*};
 }
-from_display!(
-    std::io::Error,
-    FsError,
-    KvError,
-    fern_fuse::OptionError,
-    fern_bench::BenchError
-);
+from_display!(std::io::Error, FsError, KvError, fern_fuse::OptionError);
+#[cfg(feature = "bench")]
+from_display!(fern_bench::BenchError);
 
 /// Default node-cache size of a mount or fsck.
 pub const DEFAULT_CACHE: u64 = 128 << 20;

@@ -1,5 +1,6 @@
 //! One module per subcommand of `fernfs`.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod blockdev;
 pub mod fsck;
