@@ -1,4 +1,5 @@
 //! `fernfs bench engine` end to end on a tiny size: child processes, table, JSON.
+#![cfg(feature = "bench")]
 
 use std::process::Command;
 
@@ -6,7 +7,6 @@ fn fernfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fernfs"))
 }
 
-#[cfg(feature = "bench")]
 #[test]
 fn bench_engine_tiny_run_prints_a_table_and_writes_json() {
     let dir = tempfile::tempdir().unwrap();
@@ -65,7 +65,6 @@ fn bench_engine_tiny_run_prints_a_table_and_writes_json() {
     assert!(!dir.path().join("scratch").exists());
 }
 
-#[cfg(feature = "bench")]
 #[test]
 fn unknown_system_and_workload_are_usage_errors() {
     let out = fernfs()
