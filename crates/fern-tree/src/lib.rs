@@ -32,7 +32,7 @@ pub mod wal;
 pub use cache::CacheStats;
 pub use codec::Compression;
 pub use cursor::Cursor;
-pub use env::{Durability, Env, Options, Tree, WriteBatch};
+pub use env::{Durability, Env, Options, RecoveryReport, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};

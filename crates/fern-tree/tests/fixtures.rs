@@ -169,7 +169,6 @@ fn v1_damaged_node_is_a_checksum_error() {
 /// Format 1 with one bit flipped in the payload of the first batch of the unreplayed log;
 /// later records prove it was durable, so the open refuses, naming it (W4).
 #[test]
-#[ignore = "issue 11 defect 1: the format-1 scan cuts the log here and loses synced records"]
 fn v1_damaged_log_record_is_refused() {
     match open("v1-damaged-log") {
         Err(Error::Checksum { what, .. }) => {
