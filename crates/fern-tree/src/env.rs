@@ -335,6 +335,15 @@ impl Inner {
         Ok(())
     }
 
+    /// One round of the periodic flusher: syncs the log if anything in it, records or a sync
+    /// mark, is not durable yet (a pending mark alone is synced too, W10).
+    fn periodic_flush(&self) -> Result<()> {
+        if self.wal.has_unsynced() {
+            self.wal.sync_to_end()?;
+        }
+        Ok(())
+    }
+
     /// Records the first failure (E2) and fails every waiter of the log (W3).
     fn set_poison(&self, why: String) {
         self.wal.fail(&why);
@@ -938,6 +947,15 @@ impl Env {
         self.poison(self.inner.wal.sync_all())
     }
 
+    /// Does what one round of the periodic flusher does (for deterministic tests that run
+    /// without it, `sync_interval: None`): syncs the log if a record or a sync mark is not yet
+    /// durable.
+    #[doc(hidden)]
+    pub fn periodic_flush(&self) -> Result<()> {
+        self.check_writable()?;
+        self.poison(self.inner.periodic_flush())
+    }
+
     /// Starts a checkpoint because the log passed its threshold: wakes the checkpoint thread,
     /// or (without one) runs it here unless one is already running.
     fn request_checkpoint(&self) -> Result<()> {
@@ -1168,11 +1186,9 @@ fn spawn_flusher(inner: Weak<Inner>, every: Duration) {
             if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
                 return;
             }
-            if inner.wal.has_unsynced() {
-                if let Err(e) = inner.wal.sync_to_end() {
-                    inner.set_poison(e.to_string());
-                    return;
-                }
+            if let Err(e) = inner.periodic_flush() {
+                inner.set_poison(e.to_string());
+                return;
             }
         });
 }

@@ -53,9 +53,12 @@ pub const FRAME_HEADER_LEN: usize = 36;
 const TAG_BATCH: u8 = 1;
 /// Payload tag of a tree creation.
 const TAG_CREATE_TREE: u8 = 2;
-/// Payload tag of a sync mark (W10): the payload is the tag alone; the frame's `synced` field
-/// is the point of the record.
+/// Payload tag of a sync mark (W10): the payload is the tag followed by zero padding; the
+/// frame's `synced` field is the point of the record.
 const TAG_SYNC_MARK: u8 = 3;
+/// A sync mark's second frame starts on a multiple of this many LSNs (= bytes of the device:
+/// the region is 4096-aligned), so it never shares a sector with the records it proves.
+const MARK_SECTOR: u64 = 512;
 
 /// A decoded log record payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,7 +152,13 @@ pub fn decode_record(b: &[u8], what: &str) -> Result<LogRecord> {
             }
             LogRecord::CreateTree { idx, name }
         }
-        TAG_SYNC_MARK => LogRecord::SyncMark,
+        TAG_SYNC_MARK => {
+            // Padding only: anything else is not a mark this build wrote.
+            if r.bytes(r.remaining())?.iter().any(|&b| b != 0) {
+                return Err(r.err("sync mark padding is not zero"));
+            }
+            LogRecord::SyncMark
+        }
         t => return Err(r.err(format!("unknown record tag {t}"))),
     };
     if r.pos() != b.len() {
@@ -698,27 +707,41 @@ impl Wal {
     /// device (not synced), W10. Returns its LSN and the LSN past it, or `None` if it does not
     /// fit without touching what the older checkpoint needs (W5): then the next append must
     /// checkpoint first, which covers these records anyway.
+    ///
+    /// The mark is two frames: a first one padded so that the second starts on a
+    /// [`MARK_SECTOR`] boundary. Media damage comes in sectors; a lost or garbled sector holding
+    /// the end of the records this sync covered then cannot also take the second mark's header,
+    /// so the proof survives the damage it is needed for.
     fn append_mark(&self, durable: u64) -> Result<Option<(u64, u64)>> {
-        let payload = [TAG_SYNC_MARK];
-        let framed = Self::framed_len(payload.len());
         let mut tail = self.end.lock();
         let at = tail.end;
+        let min = Self::framed_len(1);
+        // First frame: at least the tag, padded so the second one starts on a sector.
+        let mut second = (at + min).next_multiple_of(MARK_SECTOR);
+        if second - at < min {
+            second += MARK_SECTOR;
+        }
+        let end = second + min;
         let oldest = self.oldest.load(Ordering::Acquire);
-        if at + framed - oldest.min(at) > self.capacity() {
+        if end - oldest.min(at) > self.capacity() {
             return Ok(None);
         }
-        let h = FrameHeader {
-            len: payload.len() as u32,
-            lsn: Lsn(at),
-            synced: Lsn(durable),
-            epoch: self.epoch,
-            payload_crc: crc32c::crc32c(&payload),
-        };
-        tail.bytes.extend_from_slice(&encode_frame_header(&h));
-        tail.bytes.extend_from_slice(&payload);
-        tail.end += framed;
+        for (lsn, len) in [(at, second - at), (second, min)] {
+            let mut payload = vec![0u8; (len - FRAME_HEADER_LEN as u64) as usize];
+            payload[0] = TAG_SYNC_MARK;
+            let h = FrameHeader {
+                len: payload.len() as u32,
+                lsn: Lsn(lsn),
+                synced: Lsn(durable),
+                epoch: self.epoch,
+                payload_crc: crc32c::crc32c(&payload),
+            };
+            tail.bytes.extend_from_slice(&encode_frame_header(&h));
+            tail.bytes.extend_from_slice(&payload);
+        }
+        tail.end = end;
         self.write_tail(&mut tail)?;
-        Ok(Some((at, at + framed)))
+        Ok(Some((at, end)))
     }
 
     /// Runs `f` with the log's end while no record or mark can be appended (log-space release,

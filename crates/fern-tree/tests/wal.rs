@@ -82,14 +82,15 @@ fn frames(image: &[u8]) -> Vec<(u64, u64, bool)> {
             return out;
         };
         let framed = 36 + u64::from(h.len);
-        let mark = image[at + 36] == 3 && h.len == 1;
+        let mark = image[at + 36] == 3;
         out.push((lsn, framed, mark));
         lsn += framed;
     }
 }
 
-/// W4/W10: every Sync commit is followed by a sync mark; a damaged last frame (the last mark,
-/// which nothing proves durable) is a torn tail: cut, every record replayed.
+/// W4/W10: every Sync commit is followed by a sync mark (two frames, the second on a 512-byte
+/// boundary); a damaged last frame (the last mark, which nothing proves durable) is a torn
+/// tail: cut, every record replayed.
 #[test]
 fn damaged_last_frame_is_a_torn_tail() {
     let mut image = image_with_log(5);
@@ -99,8 +100,8 @@ fn damaged_last_frame_is_a_torn_tail() {
     assert!(mark, "the last frame is the mark of the last sync: {f:?}");
     assert_eq!(
         f.iter().filter(|x| x.2).count(),
-        5,
-        "one mark per Sync commit"
+        10,
+        "one mark (two frames) per Sync commit"
     );
     image[(log.offset + last + len - 1) as usize] ^= 0x40;
     let env = Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()).expect("open");
@@ -114,7 +115,7 @@ fn damaged_last_synced_record_is_refused() {
     let mut image = image_with_log(5);
     let log = log_region(&image);
     let f = frames(&image);
-    let &(rec, len, mark) = &f[f.len() - 2];
+    let &(rec, len, mark) = &f[f.len() - 3];
     assert!(!mark);
     image[(log.offset + rec + len - 1) as usize] ^= 0x40;
     match Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()) {
@@ -156,9 +157,15 @@ fn repair_cuts_at_the_damage_and_reports_it() {
     let mut image = image_with_log(5);
     let log = log_region(&image);
     let f = frames(&image);
-    // The third batch: create, b0, m, b1, m, b2 ...
-    let (rec, _, mark) = f[5];
-    assert!(!mark);
+    // The third batch: records are create, b0, b1, b2, ... (marks between them).
+    let i = f
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| !x.2)
+        .nth(3)
+        .map(|(i, _)| i)
+        .expect("a third batch");
+    let (rec, _, _) = f[i];
     image[(log.offset + rec + 40) as usize] ^= 0x08;
     let mem = Arc::new(MemDevice::from_bytes(image));
     let env = Env::open_on(
@@ -171,7 +178,7 @@ fn repair_cuts_at_the_damage_and_reports_it() {
     .expect("repair open");
     let cut = env.recovery().log_cut.expect("a cut is reported");
     assert_eq!(cut.at.0, rec);
-    assert_eq!(cut.records_dropped, (f.len() - 6) as u64, "{cut:?}");
+    assert_eq!(cut.records_dropped, (f.len() - i - 1) as u64, "{cut:?}");
     assert_eq!(cut.to.0, f.last().map(|x| x.0 + x.1).expect("frames"));
     assert_eq!(keys(&env), vec![b"k0".to_vec(), b"k1".to_vec()]);
     env.close().expect("close");
