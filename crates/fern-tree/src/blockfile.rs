@@ -518,7 +518,7 @@ impl BlockFile {
         };
         let (newest, meta) = load_ckpt(&*dev, &top, file_len)?;
         validate_extents(&newest.extents(), file_len)?;
-        let slot_name = |g: u64| if g % 2 == 0 { 'A' } else { 'B' };
+        let slot_name = |g: u64| if g.is_multiple_of(2) { 'A' } else { 'B' };
         let using = slot_name(top.generation);
         let mut header_notes: Vec<String> = invalid_slots
             .iter()

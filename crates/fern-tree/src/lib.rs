@@ -37,7 +37,7 @@ pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
 pub use stats::{Backlog, DeviceStats, Stats};
-pub use tree::TreeReport;
+pub use tree::{DamagedNode, TreeReport};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 16 * 1024;
