@@ -83,6 +83,9 @@ impl Fs {
     /// Sets atime to now when the relatime rule says it is stale (see `RELATIME_SECS`).
     pub(crate) fn touch_atime(&self, ino: InodeId, stat: &crate::attr::Stat) -> FsResult<()> {
         let now = Timespec::now();
+        if self.read_only {
+            return Ok(());
+        }
         let stale = stat.atime <= stat.mtime
             || stat.atime <= stat.ctime
             || now.sec - stat.atime.sec >= RELATIME_SECS;

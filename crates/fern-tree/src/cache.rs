@@ -50,10 +50,13 @@ pub(crate) struct Cache {
     dirty_evictions: AtomicU64,
     /// One evictor at a time, so a dirty node is never written twice concurrently.
     evicting: Mutex<()>,
+    /// Dirty nodes are never evicted (a read-only open, W11: they cannot be written, and
+    /// dropping them would lose the replayed log); only clean ones count against the bound.
+    keep_dirty: bool,
 }
 
 impl Cache {
-    pub(crate) fn new(limit: usize) -> Cache {
+    pub(crate) fn new(limit: usize, keep_dirty: bool) -> Cache {
         Cache {
             map: Mutex::new(HashMap::new()),
             used: AtomicUsize::new(0),
@@ -64,6 +67,7 @@ impl Cache {
             evictions: AtomicU64::new(0),
             dirty_evictions: AtomicU64::new(0),
             evicting: Mutex::new(()),
+            keep_dirty,
         }
     }
 
@@ -203,6 +207,9 @@ impl Cache {
                     _ => continue,
                 }
             };
+            if node.is_dirty() && self.keep_dirty {
+                continue;
+            }
             if node.is_dirty() {
                 // Written while still cached: a reader that misses later finds the new block.
                 write(&node)?;

@@ -3,8 +3,14 @@
 //! then every engine tree is walked node by node (structural invariants), and the file-system
 //! invariants are checked over every key by `fern_fs::check` (the invariant list and the
 //! repair rules live there, next to the schema they are about). This module only sequences
-//! those steps and maps the outcome onto fsck(8)'s exit codes: 0 clean, 1 errors corrected,
-//! 4 errors left uncorrected, 8 operational error (cannot open, lock or read the image).
+//! those steps and maps the outcome onto fsck(8)'s exit codes: 0 clean, 1 errors corrected
+//! (or, without `--repair`, damage the engine works around: a header slot), 4 errors left
+//! uncorrected (damaged nodes, a damaged log), 8 operational error (cannot open, lock or read
+//! the image).
+//!
+//! Without `--repair` the image is opened read-only (engine W11): recovery replays the log in
+//! memory and nothing is written, so a check never changes what it checks. `--repair` opens it
+//! for writing and lets the engine cut a damaged log at the damaged record.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +18,7 @@ use std::process::ExitCode;
 use clap::Args;
 use fern_fs::check::{self, Finding, Report};
 
-use super::image::{CmdError, Image, DEFAULT_CACHE};
+use super::image::{Access, CmdError, Image, DEFAULT_CACHE};
 
 /// Options of `fernfs fsck`.
 #[derive(Debug, Args)]
@@ -44,16 +50,75 @@ pub fn run(args: FsckArgs) -> Result<ExitCode, CmdError> {
     }
 }
 
+/// Describes a key range of a file-system tree by the inodes it covers (every fs key starts
+/// with a big-endian inode id).
+fn inode_range(lo: &Option<Vec<u8>>, hi: &Option<Vec<u8>>) -> String {
+    let ino = |k: &Option<Vec<u8>>| {
+        k.as_ref().and_then(|k| {
+            let b: [u8; 8] = k.get(..8)?.try_into().ok()?;
+            Some(u64::from_be_bytes(b))
+        })
+    };
+    match (ino(lo), ino(hi)) {
+        (None, None) => "all inodes".to_string(),
+        (Some(a), None) => format!("inodes {a} and above"),
+        (None, Some(b)) => format!("inodes up to {b}"),
+        (Some(a), Some(b)) if a == b => format!("inode {a}"),
+        (Some(a), Some(b)) => format!("inodes {a} to {b}"),
+    }
+}
+
 fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
-    let image = Image::open(&args.target, DEFAULT_CACHE)?;
     let name = args.target.display().to_string();
+    let access = if args.repair {
+        Access::Repair
+    } else {
+        Access::ReadOnly
+    };
+    let image = match Image::open_as(&args.target, DEFAULT_CACHE, access) {
+        Ok(i) => i,
+        // A damaged log is an error fsck found, not one that kept it from checking.
+        Err(e) if e.0.contains("write-ahead log is damaged") => {
+            println!("{e}");
+            return Ok(UNCORRECTED);
+        }
+        Err(e) => return Err(e),
+    };
+    // What recovery worked around.
+    let rec = image.recovery();
+    let mut code = OK;
+    for n in &rec.header_notes {
+        if args.repair {
+            println!("{name}: {n}; rewritten by the repair");
+        } else {
+            println!("{name}: {n}");
+        }
+        code = CORRECTED;
+    }
+    if let Some(cut) = &rec.log_cut {
+        println!(
+            "{name}: write-ahead log damaged at LSN {} ({}): cut there; dropped that record and              {} later records (LSN {}..{}); everything before LSN {} kept",
+            cut.at, cut.why, cut.records_dropped, cut.at, cut.to, cut.at
+        );
+        code = CORRECTED;
+    }
     // Engine structure first: the file-system check reads through these trees.
     let env = image.store.env();
     let mut engine_errors = Vec::new();
     let mut nodes = 0u64;
     for tree in env.tree_names() {
-        match env.tree(&tree).and_then(|t| t.verify()) {
-            Ok(r) => nodes += r.leaves + r.internal,
+        match env.tree(&tree).and_then(|t| t.verify_all()) {
+            Ok((r, damaged)) => {
+                nodes += r.leaves + r.internal;
+                for d in damaged {
+                    engine_errors.push(format!(
+                        "engine tree {tree:?}, node {} ({}): {}",
+                        d.node,
+                        inode_range(&d.lo, &d.hi),
+                        d.error
+                    ));
+                }
+            }
             Err(e) => engine_errors.push(format!("engine tree {tree:?}: {e}")),
         }
     }
@@ -65,32 +130,39 @@ fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
     for e in &engine_errors {
         println!("  {e}");
     }
-    let kv = image.kv();
-    let code = if args.repair {
-        if !engine_errors.is_empty() {
-            println!("  not repairing: the engine trees are damaged (restore from a backup)");
-            UNCORRECTED
-        } else {
-            let r = check::repair(&*kv).map_err(|e| CmdError::new(format!("{name}: {e}")))?;
-            for f in &r.fixed {
-                if args.verbose || f.severity == check::Severity::Error {
-                    println!("  fixed: {f}");
-                }
-            }
-            summary(&name, &r.after, args.verbose);
-            if !r.after.is_clean() {
-                UNCORRECTED
-            } else if r.errors_fixed() > 0 {
-                println!("{name}: {} errors corrected", r.errors_fixed());
-                CORRECTED
+    if !engine_errors.is_empty() {
+        println!(
+            "  the file-system check needs every node; not run{}",
+            if args.repair {
+                ", not repairing: restore the damaged files from a backup"
             } else {
-                OK
+                ""
             }
+        );
+        image.close()?;
+        return Ok(UNCORRECTED);
+    }
+    let kv = image.kv();
+    let fs_code = if args.repair {
+        let r = check::repair(&*kv).map_err(|e| CmdError::new(format!("{name}: {e}")))?;
+        for f in &r.fixed {
+            if args.verbose || f.severity == check::Severity::Error {
+                println!("  fixed: {f}");
+            }
+        }
+        summary(&name, &r.after, args.verbose);
+        if !r.after.is_clean() {
+            UNCORRECTED
+        } else if r.errors_fixed() > 0 {
+            println!("{name}: {} errors corrected", r.errors_fixed());
+            CORRECTED
+        } else {
+            OK
         }
     } else {
         let r = check::check(&*kv).map_err(|e| CmdError::new(format!("{name}: {e}")))?;
         summary(&name, &r, args.verbose);
-        if r.is_clean() && engine_errors.is_empty() {
+        if r.is_clean() {
             OK
         } else {
             UNCORRECTED
@@ -98,11 +170,7 @@ fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
     };
     drop(kv);
     image.close()?;
-    Ok(if engine_errors.is_empty() {
-        code
-    } else {
-        UNCORRECTED
-    })
+    Ok(code.max(fs_code))
 }
 
 fn summary(name: &str, r: &Report, verbose: bool) {

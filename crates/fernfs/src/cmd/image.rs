@@ -2,7 +2,9 @@
 //! subcommands, and their shared error type. It owns the image lock: whoever has the image
 //! open for writing holds an exclusive `flock` on it, so a second mount, a mkfs over a
 //! mounted image or an fsck of a mounted image is refused instead of corrupting it (the
-//! engine itself does not lock). It must never format anything by itself.
+//! engine itself does not lock); a read-only open (`fsck` without `--repair`, `stat`,
+//! `export`: the engine's W11, nothing is written) holds a shared lock, so it waits for no
+//! other reader but never runs beside a writer. It must never format anything by itself.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use fern_fs::{Fs, FsError};
 use fern_kv::{KvError, KvStore};
 use fern_kv_tree::TreeStore;
+use fern_tree::{Options, RecoveryReport};
 use nix::fcntl::{Flock, FlockArg};
 
 /// An error of a file-system subcommand: what failed, and what to do about it.
@@ -59,13 +62,29 @@ pub struct Image {
     _lock: Flock<File>,
 }
 
+/// How an image is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write (mount, import, `fsck --repair`): recovery checkpoints.
+    ReadWrite,
+    /// Never write the image (W11): `fsck`, `stat`, `export`.
+    ReadOnly,
+    /// `fsck --repair`: read and write, and a damaged log is cut at the damage instead of
+    /// refusing the open (what was dropped is in [`Image::recovery`]).
+    Repair,
+}
+
 /// Takes the exclusive lock on the image file at `path`, failing at once if it is held.
 pub fn lock(path: &Path) -> Result<Flock<File>, CmdError> {
+    lock_as(path, FlockArg::LockExclusiveNonblock)
+}
+
+fn lock_as(path: &Path, how: FlockArg) -> Result<Flock<File>, CmdError> {
     let f = OpenOptions::new()
         .read(true)
         .open(path)
         .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
-    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+    Flock::lock(f, how).map_err(|(_, errno)| {
         if errno == nix::errno::Errno::EWOULDBLOCK {
             CmdError::new(format!(
                 "{} is in use (mounted, or being checked); unmount it first with \
@@ -92,30 +111,65 @@ pub fn wait_unlocked(path: &Path, limit: Duration) -> Result<(), CmdError> {
 }
 
 impl Image {
-    /// Opens and locks the fernfs image at `path` with a node cache of `cache_bytes`.
+    /// Opens and locks the fernfs image at `path` for reading and writing with a node cache of
+    /// `cache_bytes`.
     pub fn open(path: &Path, cache_bytes: u64) -> Result<Image, CmdError> {
+        Self::open_as(path, cache_bytes, Access::ReadWrite)
+    }
+
+    /// Opens and locks the fernfs image at `path` as `access` says.
+    pub fn open_as(path: &Path, cache_bytes: u64, access: Access) -> Result<Image, CmdError> {
         let path = path
             .canonicalize()
             .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
-        let lock = lock(&path)?;
+        let read_only = access == Access::ReadOnly;
+        let lock = lock_as(
+            &path,
+            if read_only {
+                FlockArg::LockSharedNonblock
+            } else {
+                FlockArg::LockExclusiveNonblock
+            },
+        )?;
+        let opts = Options {
+            cache_bytes: cache_bytes as usize,
+            read_only,
+            cut_damaged_log: access == Access::Repair,
+            ..Options::default()
+        };
         let opened = if super::blockdev::is_block_device(&path) {
-            let dev = super::blockdev::Partition::open(&path, false)
+            let dev = super::blockdev::Partition::open_existing(&path, read_only)
                 .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
-            TreeStore::open_on(Arc::new(dev), cache_bytes as usize, fern_fs::registry())
+            TreeStore::open_on_with(Arc::new(dev), opts, fern_fs::registry())
         } else {
-            TreeStore::open(&path, cache_bytes as usize, fern_fs::registry())
+            TreeStore::open_with(&path, opts, fern_fs::registry())
         };
         let store = opened.map_err(|e| {
-            CmdError::new(format!(
-                "{}: not a usable fernfs image ({e}); create one with `fernfs mkfs`",
-                path.display()
-            ))
+            let e = e.to_string();
+            // A damaged log is not "not an image": mkfs would destroy what it holds.
+            if e.contains("log record at LSN") {
+                CmdError::new(format!(
+                    "{}: the write-ahead log is damaged: {e}. Nothing was changed. `fernfs fsck \
+                     --repair` cuts the log at the damaged record, keeping everything before it",
+                    path.display()
+                ))
+            } else {
+                CmdError::new(format!(
+                    "{}: not a usable fernfs image ({e}); create one with `fernfs mkfs`",
+                    path.display()
+                ))
+            }
         })?;
         Ok(Image {
             store: Arc::new(store),
             path,
             _lock: lock,
         })
+    }
+
+    /// What the engine's recovery found and worked around (damaged header slot, log cut).
+    pub fn recovery(&self) -> RecoveryReport {
+        self.store.env().recovery()
     }
 
     /// The store as the file system sees it.
@@ -126,7 +180,12 @@ impl Image {
     /// Mounts the file system core on this image (cleaning up files left unlinked-but-open by
     /// the previous mount).
     pub fn fs(&self) -> Result<Arc<Fs>, CmdError> {
-        Fs::mount(self.kv()).map(Arc::new).map_err(|e| {
+        let mounted = if self.store.env().is_read_only() {
+            Fs::mount_read_only(self.kv())
+        } else {
+            Fs::mount(self.kv())
+        };
+        mounted.map(Arc::new).map_err(|e| {
             CmdError::new(format!(
                 "{}: cannot mount the file system: {e}",
                 self.path.display()
@@ -137,6 +196,9 @@ impl Image {
     /// Makes everything durable and closes the engine; the lock goes last.
     pub fn close(self) -> Result<(), CmdError> {
         let Image { store, path, _lock } = self;
+        if store.env().is_read_only() {
+            return Ok(()); // nothing to make durable: nothing was written (W11)
+        }
         match Arc::try_unwrap(store) {
             Ok(store) => store
                 .close()

@@ -16,7 +16,7 @@ use fern_fs::path::{OpenOptions, PathFs};
 use fern_fs::{Cred, FileType, TimeSet, Timespec};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::image::{CmdError, Image, DEFAULT_CACHE};
+use super::image::{Access, CmdError, Image, DEFAULT_CACHE};
 
 /// Bytes per read or write call.
 const CHUNK: usize = 1 << 20;
@@ -200,7 +200,7 @@ fn set_times(pfs: &PathFs, ip: &[u8], sec: i64, nsec: i64) -> Result<(), CmdErro
 /// Runs `fernfs export`.
 pub fn export(args: ExportArgs) -> Result<(), CmdError> {
     let (img_path, src) = split_target(&args.source);
-    let image = Image::open(&img_path, DEFAULT_CACHE)?;
+    let image = Image::open_as(&img_path, DEFAULT_CACHE, Access::ReadOnly)?;
     let pfs = PathFs::new(image.fs()?, Cred::root());
     std::fs::create_dir_all(&args.hostdir)?;
     let pb = bar(0);
