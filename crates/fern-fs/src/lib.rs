@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 mod alloc;
 pub mod attr;
 mod cache;
@@ -38,6 +39,7 @@ pub use error::{FsError, FsResult};
 pub use fs::{Fs, MkfsOptions, MAX_FILE_SIZE, NAME_MAX, PATH_MAX};
 pub use ids::{Fh, InodeId};
 pub use inode_ops::{OpenFlags, StatFs};
+pub use owner::setid_bits_to_clear;
 pub use perm::Cred;
 pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 pub use upsert::registry;

@@ -6,6 +6,7 @@
 
 use fern_kv::{transact, KeyRange, KvRead, KvTxn, WriteOptions};
 
+use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{Attr, FileType, Stat, Timespec};
 use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
@@ -148,7 +149,9 @@ impl Fs {
         let (ploc, _) = self.loc(parent)?;
         // A complete name set answers "does it exist" without reading the entry.
         let known_absent = self.names.contains(parent, name) == Some(false);
-        let (gid, mode) = self.new_owner(cred, parent, mode)?;
+        let from = self.dir_inherit(parent)?;
+        let (gid, got) = crate::owner::new_owner(cred, &from, mode);
+        let mode = got.mode;
         let id = self.ids.alloc(&*self.kv, &self.t, &self.policy)?;
         let now = Timespec::now();
         let is_dir = kind == FileType::Directory;
@@ -183,6 +186,13 @@ impl Fs {
                     parent.0.to_be_bytes().to_vec(),
                 );
             }
+            // Inherited ACLs are written with the entry: a node never exists without them.
+            for (name, acl) in [(ACL_ACCESS, &got.access), (ACL_DEFAULT, &got.default)] {
+                if let Some(acl) = acl {
+                    txn.batch()
+                        .put(self.t.xattr, schema::named_key(id, name), acl.encode());
+                }
+            }
             Ok::<_, FsError>(None)
         })?;
         if let Some(d) = existing {
@@ -205,7 +215,13 @@ impl Fs {
             };
             self.dirents.put(parent, name, id, loc);
             self.names.new_dir(id);
-            self.dir_groups.note(id, &inode.stat);
+            self.dir_table.put(
+                id,
+                crate::owner::DirInherit {
+                    sgid: (inode.stat.mode & crate::owner::S_ISGID != 0).then_some(gid),
+                    default_acl: got.default.map(std::sync::Arc::new),
+                },
+            );
         }
         self.inodes.pin(
             id,

@@ -13,6 +13,7 @@ use fern_kv::{UpdateFnId, UpdateRegistry};
 
 use crate::attr::{Stat, Timespec};
 use crate::codec::{Reader, Writer};
+use crate::owner::setid_bits_to_clear;
 use crate::record::stat_offset;
 
 /// Update function on data blocks; argument is a [`BlockOp`].
@@ -189,7 +190,7 @@ pub struct StatDelta {
     pub uid: Option<u32>,
     /// Group.
     pub gid: Option<u32>,
-    /// Clear set-user-id, and set-group-id when group-executable (chown and write rules).
+    /// Clear the set-id bits [`setid_bits_to_clear`] names (chown and write rules).
     pub kill_suid: bool,
     /// nlink += v.
     pub nlink_add: Option<i32>,
@@ -327,10 +328,7 @@ impl StatDelta {
                 let mut v = p;
                 for kill in [a.kill_suid, b.kill_suid] {
                     if kill {
-                        v &= !0o4000;
-                        if v & 0o010 != 0 {
-                            v &= !0o2000;
-                        }
+                        v &= !setid_bits_to_clear(v);
                     }
                 }
                 (Some(v), false)
@@ -374,10 +372,7 @@ impl StatDelta {
             s.gid = v;
         }
         if self.kill_suid {
-            s.mode &= !0o4000;
-            if s.mode & 0o010 != 0 {
-                s.mode &= !0o2000;
-            }
+            s.mode &= !setid_bits_to_clear(s.mode);
         }
         if let Some(v) = self.nlink_add {
             s.nlink = s.nlink.saturating_add_signed(v);

@@ -489,6 +489,40 @@ fn chown_clears_setuid() {
     assert_eq!((a.uid, a.gid, a.perm), (5, 6, 0o755));
 }
 
+/// Issue 12.4: chown drops set-id bits on every non-directory, as Linux's chown_common does
+/// (set-group-id only when group-executable); a directory keeps them.
+#[test]
+fn chown_clears_setid_on_fifos_devices_and_sockets() {
+    let e = env();
+    for (path, mode) in [
+        ("/fifo", 0o010000),
+        ("/chr", 0o020000),
+        ("/blk", 0o060000),
+        ("/sock", 0o140000),
+    ] {
+        e.p.mknod(path.as_bytes(), mode | 0o644, 0).expect("mknod");
+        e.p.chmod(path.as_bytes(), 0o6555).expect("chmod");
+        e.p.chown(path.as_bytes(), Some(65534), Some(65534))
+            .expect("chown");
+        assert_eq!(
+            e.p.stat(path.as_bytes()).expect("stat").perm,
+            0o555,
+            "{path}"
+        );
+        // Set-group-id without group-execute marks mandatory locking and stays.
+        e.p.chmod(path.as_bytes(), 0o6545).expect("chmod");
+        e.p.chown(path.as_bytes(), Some(1), Some(1)).expect("chown");
+        assert_eq!(
+            e.p.stat(path.as_bytes()).expect("stat").perm,
+            0o2545,
+            "{path}"
+        );
+    }
+    e.p.mkdir(b"/d", 0o6755).expect("mkdir");
+    e.p.chown(b"/d", Some(65534), Some(65534)).expect("chown");
+    assert_eq!(e.p.stat(b"/d").expect("stat").perm, 0o6755);
+}
+
 #[test]
 fn xattrs() {
     let e = env();
@@ -749,6 +783,7 @@ fn permission_checks() {
         uid: 11,
         gid: 1,
         groups: vec![20],
+        umask: 0,
     };
     let other = Cred::user(12, 30);
     assert!(check_access(&f, &owner, MAY_READ | MAY_WRITE).is_ok());
@@ -773,7 +808,8 @@ fn permission_checks() {
             &Cred {
                 uid: 10,
                 gid: 20,
-                groups: vec![]
+                groups: vec![],
+                umask: 0,
             },
             MAY_READ
         )),
@@ -828,6 +864,7 @@ fn as_user(e: &common::Env, uid: u32, gid: u32, groups: &[u32]) -> fern_fs::path
         uid,
         gid,
         groups: groups.to_vec(),
+        umask: 0,
     };
     fern_fs::path::PathFs::new(e.fs.clone(), cred)
 }
@@ -1232,4 +1269,139 @@ fn relatime_listing_marks_directory_atime_only_when_stale() {
     std::thread::sleep(std::time::Duration::from_millis(2));
     e.p.read_dir(b"/d").expect("readdir");
     assert!(e.p.stat(b"/d").expect("stat").atime > a1);
+}
+
+/// An ACL value in the kernel's xattr format from (tag, perm, id) triples.
+fn acl_value(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+const ACL_A: &[u8] = b"system.posix_acl_access";
+const ACL_D: &[u8] = b"system.posix_acl_default";
+const NONE: u32 = u32::MAX;
+
+/// Issue 12.1: an access ACL is validated, keeps the mode in step (group bits = mask), is
+/// enforced against other users, follows chmod, and is stored only when the mode cannot say it.
+#[test]
+fn access_acls_are_validated_enforced_and_kept_in_step_with_the_mode() {
+    use fern_fs::perm::{MAY_READ, MAY_WRITE};
+    let e = env();
+    put(&e, "/f", b"secret");
+    e.p.chmod(b"/f", 0o644).expect("chmod");
+    let nobody = as_user(&e, 65534, 65534, &[]);
+    let other = as_user(&e, 1000, 1000, &[]);
+    assert!(
+        nobody.access(b"/f", MAY_READ).is_ok(),
+        "0644: everyone reads"
+    );
+    // setfacl -m u:nobody:--- f
+    let deny = acl_value(&[
+        (1, 6, NONE),
+        (2, 0, 65534),
+        (4, 4, NONE),
+        (0x10, 4, NONE),
+        (0x20, 4, NONE),
+    ]);
+    e.p.setxattr(b"/f", ACL_A, &deny, 0).expect("set ACL");
+    assert_eq!(e.p.stat(b"/f").expect("stat").perm, 0o644);
+    assert_eq!(e.p.getxattr(b"/f", ACL_A).expect("get ACL"), deny);
+    assert_eq!(err(nobody.access(b"/f", MAY_READ)), libc::EACCES);
+    assert!(other.access(b"/f", MAY_READ).is_ok());
+    assert_eq!(err(other.access(b"/f", MAY_WRITE)), libc::EACCES);
+    // chmod 600 rewrites the mask and other entries.
+    e.p.chmod(b"/f", 0o600).expect("chmod");
+    let after = acl_value(&[
+        (1, 6, NONE),
+        (2, 0, 65534),
+        (4, 4, NONE),
+        (0x10, 0, NONE),
+        (0x20, 0, NONE),
+    ]);
+    assert_eq!(e.p.getxattr(b"/f", ACL_A).expect("get ACL"), after);
+    assert_eq!(err(other.access(b"/f", MAY_READ)), libc::EACCES);
+    // The ACL sets the mode; one the mode can express is stored as the mode only.
+    e.p.setxattr(
+        b"/f",
+        ACL_A,
+        &acl_value(&[(1, 7, NONE), (4, 5, NONE), (0x20, 0, NONE)]),
+        0,
+    )
+    .expect("set ACL");
+    assert_eq!(e.p.stat(b"/f").expect("stat").perm, 0o750);
+    assert_eq!(err(e.p.getxattr(b"/f", ACL_A)), libc::ENODATA);
+    // Malformed values are EINVAL and change nothing; default ACLs are for directories.
+    for bad in [
+        vec![1, 2, 3],
+        acl_value(&[(4, 4, NONE), (1, 6, NONE), (0x20, 4, NONE)]),
+        acl_value(&[(1, 6, NONE), (2, 4, 7), (4, 4, NONE), (0x20, 4, NONE)]),
+        acl_value(&[(1, 9, NONE), (4, 4, NONE), (0x20, 4, NONE)]),
+    ] {
+        assert_eq!(err(e.p.setxattr(b"/f", ACL_A, &bad, 0)), libc::EINVAL);
+    }
+    assert_eq!(e.p.stat(b"/f").expect("stat").perm, 0o750);
+    let def = acl_value(&[(1, 7, NONE), (4, 5, NONE), (0x20, 5, NONE)]);
+    assert_eq!(err(e.p.setxattr(b"/f", ACL_D, &def, 0)), libc::EACCES);
+}
+
+/// Issue 12.1: a directory's default ACL is inherited (access ACL = default masked by the
+/// create mode, no umask; directories also get the default ACL), also after a remount.
+#[test]
+fn default_acls_are_inherited_without_the_umask() {
+    use fern_fs::perm::MAY_WRITE;
+    let mut e = env();
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    e.p.mkdir(b"/plain", 0o777).expect("mkdir");
+    let def = acl_value(&[
+        (1, 7, NONE),
+        (2, 7, 1000),
+        (4, 5, NONE),
+        (0x10, 7, NONE),
+        (0x20, 5, NONE),
+    ]);
+    e.p.setxattr(b"/d", ACL_D, &def, 0)
+        .expect("set default ACL");
+    for round in 0..2 {
+        let cred = fern_fs::Cred {
+            umask: 0o077,
+            ..fern_fs::Cred::root()
+        };
+        let p = fern_fs::path::PathFs::new(e.fs.clone(), cred);
+        let f = format!("/d/f{round}");
+        put_as(&p, &f, 0o666);
+        assert_eq!(e.p.stat(f.as_bytes()).expect("stat").perm, 0o664);
+        let access = acl_value(&[
+            (1, 6, NONE),
+            (2, 7, 1000),
+            (4, 5, NONE),
+            (0x10, 6, NONE),
+            (0x20, 4, NONE),
+        ]);
+        assert_eq!(
+            e.p.getxattr(f.as_bytes(), ACL_A).expect("access ACL"),
+            access
+        );
+        assert!(as_user(&e, 1000, 1000, &[])
+            .access(f.as_bytes(), MAY_WRITE)
+            .is_ok());
+        let sub = format!("/d/sub{round}");
+        p.mkdir(sub.as_bytes(), 0o777).expect("mkdir");
+        assert_eq!(e.p.stat(sub.as_bytes()).expect("stat").perm, 0o775);
+        assert_eq!(
+            e.p.getxattr(sub.as_bytes(), ACL_D).expect("default ACL"),
+            def
+        );
+        // Without a default ACL the umask applies, and nothing is inherited.
+        let g = format!("/plain/f{round}");
+        put_as(&p, &g, 0o666);
+        assert_eq!(e.p.stat(g.as_bytes()).expect("stat").perm, 0o600);
+        assert_eq!(err(e.p.getxattr(g.as_bytes(), ACL_A)), libc::ENODATA);
+        // A fresh mount learns the default ACL from the store.
+        e = e.remount();
+    }
 }
