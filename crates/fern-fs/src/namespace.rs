@@ -350,11 +350,7 @@ impl Fs {
                 self.remove_dir_keys(txn, id)?;
             }
             self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
-            let fate = if dir {
-                Fate::Freed
-            } else {
-                self.drop_link(txn, d, now)?
-            };
+            let fate = self.drop_link(txn, d, now)?;
             Ok((id, fate, g))
         })?;
         self.names.remove(parent, name);
@@ -384,7 +380,10 @@ impl Fs {
     }
 
     /// Appends what losing the name `d` means for its inode (the entry deletion itself is the
-    /// caller's). The caller holds the inode's stripe, so its open count cannot change.
+    /// caller's; for a directory, so is [`Fs::remove_dir_keys`]). The caller holds the inode's
+    /// stripe, so its open count cannot change. A file or directory that is still open (an
+    /// `open` or `opendir` handle) becomes an orphan with no links: its handles keep working
+    /// (fstat gives nlink 0; an emptied directory lists nothing) until the last close frees it.
     pub(crate) fn drop_link(
         &self,
         txn: &mut dyn KvTxn,
@@ -398,7 +397,8 @@ impl Fs {
             Dentry::Linked { .. } => self.read_record(&*txn, id)?,
         };
         let b = txn.batch();
-        if inode.stat.nlink > 1 {
+        // A directory's count is 2 + subdirectories, never other names: it has only one.
+        if inode.stat.nlink > 1 && inode.stat.kind()? != FileType::Directory {
             let delta = StatDelta {
                 nlink_add: Some(-1),
                 ctime: Some(now),
@@ -414,7 +414,11 @@ impl Fs {
             b.put(self.t.orphan, schema::id_key(id), Vec::new());
             return Ok(Fate::Orphaned);
         }
-        self.free_inode(b, id);
+        // A directory's own keys (dirparent, xattrs) went with `remove_dir_keys`, and its stat
+        // with its entry; a file still has data and perhaps an inode record.
+        if inode.stat.kind()? != FileType::Directory {
+            self.free_inode(b, id);
+        }
         Ok(Fate::Freed)
     }
 

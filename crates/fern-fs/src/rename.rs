@@ -10,7 +10,6 @@ use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
 use crate::fs::{validate_name, Fs};
 use crate::ids::InodeId;
-use crate::namespace::Fate;
 use crate::record::Dentry;
 use crate::schema;
 use crate::upsert::StatDelta;
@@ -117,11 +116,9 @@ impl Fs {
                     if dst_dir {
                         self.remove_dir_keys(txn, cur_dst.id())?;
                         q_nlink -= 1;
-                        dst_fate = Some((cur_dst.id(), Fate::Freed, true));
-                    } else {
-                        let id = cur_dst.id();
-                        dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?, false));
                     }
+                    let id = cur_dst.id();
+                    dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?, dst_dir));
                 }
                 txn.batch().delete(self.t.dentry, src_key.clone());
                 if src_dir {

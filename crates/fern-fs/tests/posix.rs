@@ -1405,3 +1405,47 @@ fn default_acls_are_inherited_without_the_umask() {
         e = e.remount();
     }
 }
+
+/// Issue 12.5: a directory open through a handle outlives its name (rmdir, or a rename over
+/// it): its attributes say nlink 0, listing it gives nothing, and the last close frees it.
+#[test]
+fn an_open_directory_outlives_rmdir_and_rename_over() {
+    let e = env();
+    let orphans = e.keys_in("fs.orphan");
+    for replace in [false, true] {
+        e.p.mkdir(b"/d", 0o755).expect("mkdir");
+        // Held like the kernel holds what it looked up.
+        let d = e.fs.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup");
+        let fh = e.fs.opendir(d.ino).expect("opendir");
+        if replace {
+            e.p.mkdir(b"/e", 0o755).expect("mkdir");
+            e.p.rename(b"/e", b"/d", 0).expect("rename over");
+        } else {
+            e.p.rmdir(b"/d").expect("rmdir");
+        }
+        let a =
+            e.fs.getattr(d.ino)
+                .expect("getattr of a removed, open directory");
+        assert_eq!(
+            (a.nlink, a.kind),
+            (0, FileType::Directory),
+            "replace={replace}"
+        );
+        assert!(e.fs.readdir(fh, 0, 100, false).expect("readdir").is_empty());
+        assert_eq!(e.keys_in("fs.orphan"), orphans + 1);
+        e.fs.releasedir(fh).expect("releasedir");
+        assert_eq!(e.keys_in("fs.orphan"), orphans, "freed at the last close");
+        assert!(e.fs.getattr(d.ino).is_err());
+        if replace {
+            e.p.rmdir(b"/d").expect("rmdir");
+        }
+    }
+    // Left open at a crash: the next mount frees it.
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    let d = e.fs.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup");
+    let _fh = e.fs.opendir(d.ino).expect("opendir");
+    e.p.rmdir(b"/d").expect("rmdir");
+    let e = e.remount();
+    assert_eq!(e.keys_in("fs.orphan"), orphans);
+    assert_eq!(err(e.p.stat(b"/d")), libc::ENOENT);
+}
