@@ -24,10 +24,6 @@ pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
 /// fallocate: deallocate the range (with KEEP_SIZE).
 pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
 
-/// Atime is refreshed on read when older than this, or not newer than mtime/ctime (relatime):
-/// a read does not write on every call (TiFS wrote atime on every read).
-const RELATIME_SECS: i64 = 24 * 3600;
-
 impl Fs {
     /// Reads up to `size` bytes of `ino` at `offset`; short at end of file.
     pub fn read(&self, ino: InodeId, offset: u64, size: u32) -> FsResult<Vec<u8>> {
@@ -78,33 +74,6 @@ impl Fs {
         }
         self.touch_atime(ino, &inode.stat)?;
         Ok(out)
-    }
-
-    /// Sets atime to now when the relatime rule says it is stale (see `RELATIME_SECS`).
-    pub(crate) fn touch_atime(&self, ino: InodeId, stat: &crate::attr::Stat) -> FsResult<()> {
-        let now = Timespec::now();
-        let stale = stat.atime <= stat.mtime
-            || stat.atime <= stat.ctime
-            || now.sec - stat.atime.sec >= RELATIME_SECS;
-        if !stale {
-            return Ok(());
-        }
-        let _g = self.locks.lock(&[ino]);
-        let Ok((loc, _)) = self.loc(ino) else {
-            return Ok(());
-        };
-        let mut b = WriteBatch::new();
-        self.upsert_stat(
-            &mut b,
-            ino,
-            &loc,
-            &StatDelta {
-                atime: Some(now),
-                ..StatDelta::default()
-            },
-        )?;
-        self.kv.write(b, WriteOptions::NO_SYNC)?;
-        Ok(())
     }
 
     /// Writes `data` through handle `fh` at `offset` (at the end of file for O_APPEND

@@ -83,6 +83,7 @@ pub struct Fs {
     pub(crate) handles: Mutex<HashMap<Fh, Handle>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) policy: RetryPolicy,
+    pub(crate) atime: crate::atime::AtimeSetting,
 }
 
 impl Fs {
@@ -144,6 +145,7 @@ impl Fs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             policy: RetryPolicy::default(),
+            atime: Default::default(),
         };
         fs.inodes
             .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);

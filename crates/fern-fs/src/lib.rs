@@ -11,6 +11,7 @@
 
 pub mod acl;
 mod alloc;
+mod atime;
 pub mod attr;
 mod cache;
 pub mod check;
@@ -32,6 +33,7 @@ pub mod schema;
 pub mod upsert;
 mod xattr;
 
+pub use atime::{AtimeMode, AtimePolicy};
 pub use attr::{Attr, FileType, SetAttr, TimeSet, Timespec};
 pub use data::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 pub use dir::DirEntry;

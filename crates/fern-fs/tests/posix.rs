@@ -1449,3 +1449,44 @@ fn an_open_directory_outlives_rmdir_and_rename_over() {
     assert_eq!(e.keys_in("fs.orphan"), orphans);
     assert_eq!(err(e.p.stat(b"/d")), libc::ENOENT);
 }
+
+/// Issue 12.6: the atime policy of the mount: noatime never writes atime, strictatime on every
+/// read, nodiratime spares directories (relatime, the default, has its own test above).
+#[test]
+fn atime_policies_noatime_strictatime_nodiratime() {
+    use fern_fs::{AtimeMode, AtimePolicy};
+    let e = env();
+    put(&e, "/f", b"data");
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    let atime = |p: &str| e.p.stat(p.as_bytes()).expect("stat").atime;
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(2));
+    e.fs.set_atime_policy(AtimePolicy {
+        mode: AtimeMode::Never,
+        nodiratime: false,
+    });
+    let a0 = atime("/f");
+    pause();
+    get(&e, "/f");
+    assert_eq!(atime("/f"), a0, "noatime: even a stale atime stays");
+    e.fs.set_atime_policy(AtimePolicy {
+        mode: AtimeMode::Strict,
+        nodiratime: true,
+    });
+    pause();
+    get(&e, "/f");
+    let a1 = atime("/f");
+    assert!(a1 > a0);
+    pause();
+    get(&e, "/f");
+    assert!(atime("/f") > a1, "strictatime: every read");
+    let d0 = atime("/d");
+    pause();
+    e.p.read_dir(b"/d").expect("list");
+    assert_eq!(atime("/d"), d0, "nodiratime");
+    e.fs.set_atime_policy(AtimePolicy {
+        mode: AtimeMode::Strict,
+        nodiratime: false,
+    });
+    e.p.read_dir(b"/d").expect("list");
+    assert!(atime("/d") > d0);
+}

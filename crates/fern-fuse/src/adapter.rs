@@ -64,6 +64,8 @@ pub struct FernFuse {
 impl FernFuse {
     /// An adapter serving `fs` with the kernel-facing choices of `opts`.
     pub fn new(fs: Arc<Fs>, opts: &MountOptions) -> Self {
+        // atime is the file system's business under FUSE; the mount options say how.
+        fs.set_atime_policy(opts.atime);
         Self {
             fs,
             entry_ttl: opts.entry_ttl,

@@ -302,3 +302,52 @@ fn an_open_directory_outlives_its_name() {
         }
     }
 }
+
+/// atime of `p` as `stat -c %x` prints it (nanoseconds).
+fn atime_of(p: &Path) -> (i64, i64) {
+    let m = fs::metadata(p).expect("stat");
+    (m.atime(), m.atime_nsec())
+}
+
+/// Issue 12.6: `-o noatime`, `strictatime` and the default relatime reach fern-fs. Reads go
+/// around the page cache (O_DIRECT), since a read the cache answers never reaches the daemon.
+#[test]
+fn atime_mount_options() {
+    if !runnable(&["dd"]) {
+        return;
+    }
+    for opt in ["", "noatime", "strictatime", "strictatime,nodiratime"] {
+        let fx = Fixture::new(opt);
+        let mnt = fx.mnt();
+        ok(&mnt, "echo hello > f; mkdir d");
+        let read = || {
+            ok(
+                &mnt,
+                "dd if=f of=/dev/null iflag=direct bs=4096 count=1 2>&1",
+            )
+        };
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
+        let a0 = atime_of(&mnt.join("f"));
+        pause();
+        read();
+        let a1 = atime_of(&mnt.join("f"));
+        pause();
+        read();
+        let a2 = atime_of(&mnt.join("f"));
+        match opt {
+            // Just written, so stale: the first read updates it, the second does not.
+            "" => assert!(a1 > a0 && a2 == a1, "relatime: {a0:?} {a1:?} {a2:?}"),
+            "noatime" => assert!(a1 == a0 && a2 == a0, "noatime: {a0:?} {a1:?} {a2:?}"),
+            _ => assert!(a1 > a0 && a2 > a1, "{opt}: {a0:?} {a1:?} {a2:?}"),
+        }
+        let d0 = atime_of(&mnt.join("d"));
+        pause();
+        ok(&mnt, "ls d > /dev/null");
+        let d1 = atime_of(&mnt.join("d"));
+        if opt.contains("nodiratime") || opt == "noatime" {
+            assert_eq!(d1, d0, "{opt}: directory atime");
+        } else {
+            assert!(d1 > d0, "{opt}: a listing reads the directory");
+        }
+    }
+}
