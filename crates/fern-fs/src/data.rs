@@ -23,6 +23,8 @@ use crate::upsert::{BlockOp, StatDelta, FN_BLOCK};
 pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
 /// fallocate: deallocate the range (with KEEP_SIZE).
 pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+/// fallocate: make the range read as zeros (extending the size unless KEEP_SIZE).
+pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 
 impl Fs {
     /// Reads up to `size` bytes of `ino` at `offset`; short at end of file.
@@ -186,13 +188,20 @@ impl Fs {
     }
 
     /// fallocate: mode 0 (extend size), KEEP_SIZE (nothing to reserve: space is not
-    /// preallocated), PUNCH_HOLE|KEEP_SIZE (zero the range, dropping whole blocks).
+    /// preallocated), PUNCH_HOLE|KEEP_SIZE (zero the range, dropping whole blocks), and
+    /// ZERO_RANGE (the same range delete plus zeroed partial edges, extending the size unless
+    /// KEEP_SIZE: a zeroed range reads as zeros whether it is stored or a hole). COLLAPSE_RANGE
+    /// and INSERT_RANGE are EOPNOTSUPP: blocks are keyed by their number, so shifting the
+    /// tail of a file rewrites every block after the range (docs/fuse.md).
     pub fn fallocate(&self, ino: InodeId, mode: u32, offset: u64, len: u64) -> FsResult<()> {
-        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
+        let known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 {
             return Err(FsError::NotSupported);
         }
         let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
-        if punch && mode & FALLOC_FL_KEEP_SIZE == 0 {
+        let zero = mode & FALLOC_FL_ZERO_RANGE != 0;
+        // Linux: a hole punch must keep the size, and punch and zero exclude each other.
+        if punch && (zero || mode & FALLOC_FL_KEEP_SIZE == 0) {
             return Err(FsError::NotSupported);
         }
         if len == 0 {
@@ -212,15 +221,17 @@ impl Fs {
         let now = Timespec::now();
         let mut b = WriteBatch::new();
         let mut d = StatDelta::default();
-        if punch {
+        if punch || zero {
             self.punch_blocks(&mut b, ino, offset, end);
             d.mtime = Some(now);
             d.ctime = Some(now);
-        } else if mode & FALLOC_FL_KEEP_SIZE == 0 {
+        }
+        if !punch && mode & FALLOC_FL_KEEP_SIZE == 0 {
             d.size_at_least = Some(end);
             d.mtime = Some(now);
             d.ctime = Some(now);
-        } else {
+        }
+        if d == StatDelta::default() {
             return Ok(());
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;

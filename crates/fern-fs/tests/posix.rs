@@ -6,6 +6,7 @@ use common::mem_store as open_store;
 
 use common::env;
 use fern_fs::path::OpenOptions;
+use fern_fs::FALLOC_FL_ZERO_RANGE;
 use fern_fs::{FileType, FsError, OpenFlags, SetAttr, TimeSet, Timespec};
 use fern_fs::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, RENAME_EXCHANGE, RENAME_NOREPLACE};
 
@@ -392,8 +393,49 @@ fn fallocate_modes() {
         err(e.p.fallocate(&f, FALLOC_FL_PUNCH_HOLE, 0, 1)),
         libc::EOPNOTSUPP
     );
-    assert_eq!(err(e.p.fallocate(&f, 0x10, 0, 1)), libc::EOPNOTSUPP);
+    // COLLAPSE_RANGE (8) and INSERT_RANGE (0x20) would shift every later block.
+    assert_eq!(err(e.p.fallocate(&f, 0x08, 0, 4096)), libc::EOPNOTSUPP);
+    assert_eq!(err(e.p.fallocate(&f, 0x20, 0, 4096)), libc::EOPNOTSUPP);
     assert_eq!(err(e.p.fallocate(&f, 0, 0, 0)), libc::EINVAL);
+    e.p.close(f).expect("close");
+}
+
+/// Issue 12.8: FALLOC_FL_ZERO_RANGE zeroes a range (whole blocks dropped, partial edges
+/// zeroed) and extends the size unless KEEP_SIZE.
+#[test]
+fn fallocate_zero_range() {
+    let e = env();
+    put(&e, "/f", &[5u8; 3 * 4096]);
+    let f = e.p.open(b"/f", rw()).expect("open");
+    let blocks = e.keys_in("fs.data");
+    e.p.fallocate(&f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 100, 8192)
+        .expect("zero range");
+    let v = e.p.read_at(&f, 0, 30_000).expect("read");
+    assert_eq!(v.len(), 3 * 4096);
+    assert!(v[..100].iter().all(|b| *b == 5));
+    assert!(v[100..8292].iter().all(|b| *b == 0));
+    assert!(v[8292..].iter().all(|b| *b == 5));
+    assert_eq!(
+        e.keys_in("fs.data"),
+        blocks - 1,
+        "the whole block in the range is gone"
+    );
+    // Without KEEP_SIZE the size grows to the end of the range, which reads as zeros.
+    e.p.fallocate(&f, FALLOC_FL_ZERO_RANGE, 12_000, 10_000)
+        .expect("zero range past the end");
+    let v = e.p.read_at(&f, 0, 30_000).expect("read");
+    assert_eq!(v.len(), 22_000);
+    assert!(v[8292..12_000].iter().all(|b| *b == 5));
+    assert!(v[12_000..].iter().all(|b| *b == 0));
+    assert_eq!(
+        err(e.p.fallocate(
+            &f,
+            FALLOC_FL_ZERO_RANGE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            0,
+            1
+        )),
+        libc::EOPNOTSUPP
+    );
     e.p.close(f).expect("close");
 }
 
