@@ -43,6 +43,6 @@ pub use ids::{Fh, InodeId};
 pub use inode_ops::{OpenFlags, StatFs};
 pub use owner::setid_bits_to_clear;
 pub use perm::Cred;
-pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use upsert::registry;
 pub use xattr::{XATTR_CREATE, XATTR_REPLACE};

@@ -1532,3 +1532,40 @@ fn atime_policies_noatime_strictatime_nodiratime() {
     e.p.read_dir(b"/d").expect("list");
     assert!(atime("/d") > d0);
 }
+
+/// Issue 12.8: RENAME_WHITEOUT moves the name and leaves a character device 0/0 with mode 0
+/// at the source, in one step; it cannot be combined with RENAME_EXCHANGE.
+#[test]
+fn rename_whiteout_leaves_a_whiteout_device() {
+    use fern_fs::RENAME_WHITEOUT;
+    let e = env();
+    put(&e, "/a", b"moved");
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    e.p.mkdir(b"/sub", 0o755).expect("mkdir");
+    e.p.rename(b"/a", b"/sub/b", RENAME_WHITEOUT)
+        .expect("rename");
+    assert_eq!(get(&e, "/sub/b"), b"moved");
+    let w = e.p.lstat(b"/a").expect("whiteout");
+    assert_eq!((w.kind, w.rdev, w.perm), (FileType::CharDevice, 0, 0));
+    let root_links = e.p.stat(b"/").expect("stat").nlink;
+    e.p.rename(b"/d", b"/sub/d", RENAME_WHITEOUT | RENAME_NOREPLACE)
+        .expect("rename a directory");
+    assert_eq!(
+        e.p.lstat(b"/d").expect("whiteout").kind,
+        FileType::CharDevice
+    );
+    assert_eq!(e.p.stat(b"/").expect("stat").nlink, root_links - 1);
+    assert_eq!(e.p.stat(b"/sub").expect("stat").nlink, 3);
+    assert_eq!(
+        err(e
+            .p
+            .rename(b"/sub/b", b"/a", RENAME_WHITEOUT | RENAME_EXCHANGE)),
+        libc::EINVAL
+    );
+    // A fresh mount sees the same.
+    let e = e.remount();
+    assert_eq!(
+        e.p.lstat(b"/a").expect("whiteout").kind,
+        FileType::CharDevice
+    );
+}

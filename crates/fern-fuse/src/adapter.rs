@@ -309,10 +309,11 @@ impl Filesystem for FernFuse {
         }
     }
 
-    /// RENAME_WHITEOUT (overlayfs) is passed on and refused by fern-fs as EINVAL.
+    /// RENAME_WHITEOUT (overlayfs) is passed on by the kernel (which has checked CAP_MKNOD)
+    /// and done by fern-fs, the whiteout owned by the caller.
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         n: &OsStr,
         newparent: INodeNo,
@@ -320,7 +321,8 @@ impl Filesystem for FernFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.fs.rename(
+        match self.fs.rename_as(
+            &cred(req),
             ino(parent),
             name(n),
             ino(newparent),

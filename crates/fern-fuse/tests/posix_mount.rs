@@ -351,3 +351,39 @@ fn atime_mount_options() {
         }
     }
 }
+
+/// Issue 12.8: through the kernel, `renameat2(RENAME_WHITEOUT)` works (overlayfs's call) and
+/// leaves a 0/0 character device; FALLOC_FL_ZERO_RANGE zeroes and extends.
+#[test]
+fn rename_whiteout_and_zero_range() {
+    if !runnable(&["fallocate"]) {
+        return;
+    }
+    let fx = Fixture::new("");
+    let mnt = fx.mnt();
+    ok(&mnt, "echo data > a");
+    let (a, b) = (cpath(&mnt.join("a")), cpath(&mnt.join("b")));
+    // SAFETY: both paths are NUL-terminated and live across the call.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_WHITEOUT,
+        )
+    };
+    assert_eq!(r, 0, "renameat2: {}", std::io::Error::last_os_error());
+    let m = fs::symlink_metadata(mnt.join("a")).expect("whiteout");
+    assert_eq!((m.mode() & libc::S_IFMT, m.rdev()), (libc::S_IFCHR, 0));
+    assert_eq!(fs::read(mnt.join("b")).expect("read"), b"data\n");
+    ok(
+        &mnt,
+        "head -c 12288 /dev/urandom > z; fallocate -z -o 100 -l 20000 z",
+    );
+    let z = fs::read(mnt.join("z")).expect("read");
+    assert_eq!(z.len(), 20_100);
+    assert!(z[100..].iter().all(|b| *b == 0));
+    ok(&mnt, "fallocate -z -n -o 30000 -l 100 z");
+    assert_eq!(fs::metadata(mnt.join("z")).expect("stat").len(), 20_100);
+}
