@@ -101,11 +101,10 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let offset = if append {
-            self.read_inode_at(&*self.kv, ino, &loc)?.stat.size
-        } else {
-            offset
-        };
+        // The file's size and stored blocks (one stat read the first time this mount writes
+        // an existing file it did not create or truncate; exact from then on, stored.rs).
+        let mut shape = self.shape(ino, &loc)?;
+        let offset = if append { shape.size } else { offset };
         if offset
             .checked_add(data.len() as u64)
             .is_none_or(|end| end > MAX_FILE_SIZE)
@@ -152,16 +151,20 @@ impl Fs {
                 }
                 p += take;
             }
+            let after = self.shape_after_write(ino, &shape, pos, pos + n as u64)?;
             let d = StatDelta {
                 size_at_least: Some(pos + n as u64),
                 mtime: Some(now),
                 ctime: Some(now),
                 // Blind: the update function clears the bits only if they are set.
                 kill_suid,
+                stored_blocks: Some(after.stored),
                 ..StatDelta::default()
             };
             self.upsert_stat(&mut b, ino, &loc, &d)?;
             self.kv.write(b, WriteOptions::NO_SYNC)?;
+            shape = after;
+            self.set_shape(ino, shape);
             done += n;
         }
         Ok(data.len())
@@ -221,25 +224,33 @@ impl Fs {
         let now = Timespec::now();
         let mut b = WriteBatch::new();
         let mut d = StatDelta::default();
-        if punch || zero {
-            self.punch_blocks(&mut b, ino, offset, end);
-            d.mtime = Some(now);
-            d.ctime = Some(now);
-        }
+        let shape = self.shape(ino, &loc)?;
+        let mut after = shape;
         if !punch && mode & FALLOC_FL_KEEP_SIZE == 0 {
             d.size_at_least = Some(end);
             d.mtime = Some(now);
             d.ctime = Some(now);
+            after.size = after.size.max(end);
+        }
+        if punch || zero {
+            let (lo, hi) = self.punch_blocks(&mut b, ino, offset, end);
+            after = self.shape_after_punch(ino, &shape, lo, hi, after.size)?;
+            d.mtime = Some(now);
+            d.ctime = Some(now);
+            d.stored_blocks = Some(after.stored);
         }
         if d == StatDelta::default() {
             return Ok(());
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;
         self.kv.write(b, WriteOptions::NO_SYNC)?;
+        self.set_shape(ino, after);
         Ok(())
     }
 
-    fn punch_blocks(&self, b: &mut WriteBatch, ino: InodeId, start: u64, end: u64) {
+    /// Appends the zeroing of `[start, end)`: a range delete of the whole blocks in it and
+    /// zeroed edges. Returns the range of block numbers deleted.
+    fn punch_blocks(&self, b: &mut WriteBatch, ino: InodeId, start: u64, end: u64) -> (u64, u64) {
         let bs = u64::from(self.sb.block_size);
         let first_full = start.div_ceil(bs);
         let end_full = end / bs;
@@ -275,5 +286,6 @@ impl Fs {
                 zero.encode(),
             );
         }
+        (first_full, end_full.max(first_full))
     }
 }

@@ -13,6 +13,7 @@ use crate::error::{FsError, FsResult};
 use crate::fs::{Fs, Handle, MAX_FILE_SIZE, NAME_MAX};
 use crate::ids::{Fh, InodeId};
 use crate::perm::Cred;
+use crate::stored::Shape;
 use crate::upsert::StatDelta;
 
 /// How a file is opened.
@@ -128,6 +129,7 @@ impl Fs {
         let mut b = WriteBatch::new();
         let mut d = StatDelta::default();
         let mut changed = false;
+        let mut new_shape = None;
         if let Some(size) = sa.size {
             match kind {
                 FileType::Regular => {}
@@ -138,6 +140,15 @@ impl Fs {
                 return Err(FsError::FileTooBig);
             }
             self.truncate_blocks(&mut b, ino, size);
+            // Truncating to zero needs no knowledge of the file (O_TRUNC reads nothing).
+            let after = if size == 0 {
+                Shape::EMPTY
+            } else {
+                let now_shape = self.shape(ino, &loc)?;
+                self.shape_after_truncate(ino, &now_shape, size)?
+            };
+            d.stored_blocks = Some(after.stored);
+            new_shape = Some(after);
             d.size = Some(size);
             d.mtime = Some(now);
             d.kill_suid = kill_suid;
@@ -187,6 +198,9 @@ impl Fs {
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;
         self.kv.write(b, WriteOptions::NO_SYNC)?;
+        if let Some(s) = new_shape {
+            self.set_shape(ino, s);
+        }
         Ok((loc, kind))
     }
 

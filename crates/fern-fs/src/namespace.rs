@@ -37,6 +37,7 @@ impl Fs {
         if self.names.contains(parent, name) == Some(false) {
             return Err(FsError::NotFound);
         }
+        let epoch = self.inodes.shape_epoch();
         let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
         let (loc, inode) = self.resolve(&*self.kv, parent, name, d.clone())?;
         let kind = inode.stat.kind()?;
@@ -44,6 +45,11 @@ impl Fs {
             self.dirents.put(parent, name, d.id(), loc.clone());
         }
         self.inodes.pin(d.id(), loc, kind);
+        if kind == FileType::Regular {
+            // The stat is at hand: a later write of this file then reads nothing (stored.rs).
+            let shape = crate::stored::Shape::of(&inode.stat, u64::from(self.sb.block_size));
+            self.inodes.seed_shape(d.id(), shape, epoch);
+        }
         self.attr_of(d.id(), &inode)
     }
 
@@ -157,6 +163,8 @@ impl Fs {
         let is_dir = kind == FileType::Directory;
         let mut stat = Stat::new(mode, cred.uid, gid, if is_dir { 2 } else { 1 }, now);
         stat.rdev = rdev;
+        // A regular file starts counted, with no blocks (its "rdev" is the count; attr.rs).
+        stat.set_stored_blocks(0);
         stat.size = payload.len() as u64;
         let inode = Inode { stat, payload };
         let key = schema::named_key(parent, name);
@@ -231,6 +239,13 @@ impl Fs {
             },
             kind,
         );
+        if kind == FileType::Regular {
+            // Nobody can have written it yet: its name became visible under the parent's
+            // lock, which every lookup takes and this call still holds.
+            self.inodes.update(id, |k| {
+                k.shape.get_or_insert(crate::stored::Shape::EMPTY);
+            });
+        }
         Ok((self.attr_of(id, &inode)?, true))
     }
 

@@ -200,6 +200,9 @@ pub struct StatDelta {
     pub mtime: Option<Timespec>,
     /// Change time.
     pub ctime: Option<Timespec>,
+    /// Data blocks stored (regular files only: [`Stat::set_stored_blocks`]; ignored for other
+    /// types). Absolute, computed by the writer under the inode's lock (data.rs).
+    pub stored_blocks: Option<u64>,
 }
 
 const F_SIZE_MIN: u32 = 1;
@@ -212,6 +215,7 @@ const F_NLINK: u32 = 1 << 6;
 const F_ATIME: u32 = 1 << 7;
 const F_MTIME: u32 = 1 << 8;
 const F_CTIME: u32 = 1 << 9;
+const F_BLOCKS: u32 = 1 << 10;
 
 impl StatDelta {
     /// Encodes: flags u32, then each present field in flag order (times as i64 sec, u32 nsec).
@@ -259,6 +263,10 @@ impl StatDelta {
                 put_time(&mut w, t);
             }
         }
+        if let Some(v) = self.stored_blocks {
+            flags |= F_BLOCKS;
+            w.u64(v);
+        }
         let mut out = w.finish();
         out[..4].copy_from_slice(&flags.to_be_bytes());
         out
@@ -301,6 +309,9 @@ impl StatDelta {
         }
         if flags & F_CTIME != 0 {
             d.ctime = Some(time(&mut r)?);
+        }
+        if flags & F_BLOCKS != 0 {
+            d.stored_blocks = Some(r.u64().ok()?);
         }
         r.end().ok()?;
         Some(d)
@@ -351,6 +362,7 @@ impl StatDelta {
             atime: b.atime.or(a.atime),
             mtime: b.mtime.or(a.mtime),
             ctime: b.ctime.or(a.ctime),
+            stored_blocks: b.stored_blocks.or(a.stored_blocks),
         })
     }
 
@@ -385,6 +397,9 @@ impl StatDelta {
         }
         if let Some(t) = self.ctime {
             s.ctime = t;
+        }
+        if let Some(n) = self.stored_blocks {
+            s.set_stored_blocks(n);
         }
     }
 }
@@ -432,9 +447,10 @@ mod tests {
                 any::<bool>(),
             ),
             (proptest::option::of(-2i32..3), time(), time(), time()),
+            proptest::option::of(0u64..5),
         )
             .prop_map(
-                |((sal, size, perm), (uid, gid, kill), (nlink, at, mt, ct))| StatDelta {
+                |((sal, size, perm), (uid, gid, kill), (nlink, at, mt, ct), blocks)| StatDelta {
                     size_at_least: sal,
                     size,
                     perm,
@@ -445,6 +461,7 @@ mod tests {
                     atime: at,
                     mtime: mt,
                     ctime: ct,
+                    stored_blocks: blocks,
                 },
             )
     }
@@ -551,6 +568,7 @@ mod tests {
             nlink_add: Some(-1),
             mtime: Some(Timespec { sec: -3, nsec: 7 }),
             kill_suid: true,
+            stored_blocks: Some(3),
             ..StatDelta::default()
         };
         assert_eq!(StatDelta::decode(&d.encode()), Some(d));

@@ -1569,3 +1569,49 @@ fn rename_whiteout_leaves_a_whiteout_device() {
         FileType::CharDevice
     );
 }
+
+/// Issue 12.7: st_blocks counts the blocks really stored: a 100 MiB file with one byte
+/// written reports one block; writes into holes, truncation and hole punching keep the count
+/// exact, also for a fresh mount (the count is in the stat).
+#[test]
+fn st_blocks_counts_stored_blocks_of_sparse_files() {
+    let mut e = env();
+    let blocks = |e: &common::Env, p: &str| e.p.stat(p.as_bytes()).expect("stat").blocks;
+    let f = e.p.open(b"/s", rw()).expect("create");
+    e.p.write_at(&f, 100 * 1024 * 1024 - 1, b"x")
+        .expect("write");
+    e.p.close(f).expect("close");
+    assert_eq!(e.p.stat(b"/s").expect("stat").size, 100 << 20);
+    assert_eq!(blocks(&e, "/s"), 8, "one 4 KiB block");
+    for round in 0..2 {
+        // Fill two holes (one twice: rewriting stored data adds nothing), extend, punch.
+        let f = e.p.open(b"/s", rw()).expect("open");
+        e.p.write_at(&f, 0, &[1u8; 5000]).expect("write");
+        e.p.write_at(&f, 0, &[2u8; 5000]).expect("rewrite");
+        assert_eq!(blocks(&e, "/s"), 8 * 3, "round {round}");
+        e.p.fallocate(&f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096)
+            .expect("punch");
+        assert_eq!(blocks(&e, "/s"), 8 * 2);
+        e.p.ftruncate(&f, 8192).expect("truncate");
+        assert_eq!(blocks(&e, "/s"), 8, "only block 1 is left");
+        e.p.ftruncate(&f, 100 << 20).expect("extend");
+        assert_eq!(blocks(&e, "/s"), 8);
+        e.p.write_at(&f, (100 << 20) - 1, b"x").expect("write");
+        e.p.close(f).expect("close");
+        assert_eq!(blocks(&e, "/s"), 16);
+        e.p.truncate(b"/s", 0).expect("truncate to 0");
+        assert_eq!(blocks(&e, "/s"), 0);
+        let f = e.p.open(b"/s", rw()).expect("open");
+        e.p.write_at(&f, 100 * 1024 * 1024 - 1, b"x")
+            .expect("write");
+        e.p.close(f).expect("close");
+        // A dense file counts every block; a fresh mount continues from the stored count.
+        put(&e, "/dense", &[7u8; 3 * 4096 + 1]);
+        assert_eq!(blocks(&e, "/dense"), 8 * 4);
+        e = e.remount();
+    }
+    // A file without a count (an image from before it existed: rdev 0) reports what its size
+    // implies, and is counted from there on.
+    e.p.setattr(b"/dense", &SetAttr::default()).expect("touch");
+    assert_eq!(blocks(&e, "/dense"), 8 * 4);
+}

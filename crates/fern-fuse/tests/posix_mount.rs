@@ -387,3 +387,28 @@ fn rename_whiteout_and_zero_range() {
     ok(&mnt, "fallocate -z -n -o 30000 -l 100 z");
     assert_eq!(fs::metadata(mnt.join("z")).expect("stat").len(), 20_100);
 }
+
+/// Issue 12.7: a 100 MiB file with one byte written takes one block, for stat and du.
+#[test]
+fn sparse_files_report_the_blocks_they_store() {
+    if !runnable(&["dd", "du"]) {
+        return;
+    }
+    let fx = Fixture::new("");
+    let mnt = fx.mnt();
+    ok(
+        &mnt,
+        "dd if=/dev/zero of=s bs=1 count=1 seek=104857599 2>/dev/null",
+    );
+    let m = fs::metadata(mnt.join("s")).expect("stat");
+    assert_eq!((m.len(), m.blocks()), (100 << 20, 8));
+    assert_eq!(ok(&mnt, "du -k s").split_whitespace().next(), Some("4"));
+    assert_eq!(
+        ok(&mnt, "du -k --apparent-size s")
+            .split_whitespace()
+            .next(),
+        Some("102400")
+    );
+    ok(&mnt, "head -c 40960 /dev/urandom > dense");
+    assert_eq!(fs::metadata(mnt.join("dense")).expect("stat").blocks(), 80);
+}
