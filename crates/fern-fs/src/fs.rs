@@ -79,13 +79,14 @@ pub struct Fs {
     pub(crate) inodes: Inodes,
     pub(crate) names: NameCache,
     pub(crate) dirents: DirEntries,
-    pub(crate) dir_groups: crate::owner::DirGroups,
+    pub(crate) dir_table: crate::owner::DirTable,
     pub(crate) handles: Mutex<HashMap<Fh, Handle>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) policy: RetryPolicy,
     /// Mounted with [`Fs::mount_read_only`]: reads never refresh atime (as a read-only mount
     /// of any file system), so they never write.
     pub(crate) read_only: bool,
+    pub(crate) atime: crate::atime::AtimeSetting,
 }
 
 impl Fs {
@@ -153,11 +154,12 @@ impl Fs {
             inodes: Inodes::default(),
             names: NameCache::default(),
             dirents: DirEntries::default(),
-            dir_groups: Default::default(),
+            dir_table: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             policy: RetryPolicy::default(),
             read_only: true,
+            atime: Default::default(),
         };
         fs.inodes
             .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);

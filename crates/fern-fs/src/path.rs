@@ -3,7 +3,8 @@
 //! holds those lookups for the duration of the call and forgets them after, exactly as the
 //! kernel would. It owns path resolution and nothing else: every effect goes through [`Fs`].
 //! Permission checks are not applied here (the caller is trusted, as with TokuFS's library);
-//! [`crate::perm`] provides them for callers that want them.
+//! [`PathFs::access`] (mode and POSIX ACLs) and [`crate::perm`] provide them for callers that
+//! want them. New nodes follow the directory's default ACL, or the credentials' umask.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -429,6 +430,15 @@ impl PathFs {
                 return Ok(out);
             }
         }
+    }
+
+    /// access(2): checks `mask` (`perm::MAY_*`) for this handle's credentials against the
+    /// file's mode and access ACL. The other calls of this API do not check permissions
+    /// themselves (the caller is trusted); this is how it asks.
+    pub fn access(&self, path: &[u8], mask: u32) -> FsResult<()> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, true)?;
+        self.fs.access(&self.cred, ino, mask)
     }
 
     /// getxattr(2).

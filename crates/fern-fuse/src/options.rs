@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fern_fs::{AtimeMode, AtimePolicy};
 use fuser::{Config, MountOption, SessionACL};
 
 /// How a fernfs mount talks to the kernel.
@@ -39,6 +40,11 @@ pub struct MountOptions {
     /// Store cache size in bytes (`cache_size=BYTES`, suffixes k/m/g); used by whoever opens
     /// the store, not by the adapter.
     pub cache_size: Option<u64>,
+    /// When reads update atime (`relatime`, the default; `strictatime`; `noatime`; and
+    /// `nodiratime`). FUSE leaves atime to the file system (the kernel marks FUSE inodes
+    /// S_NOATIME), so this goes to fern-fs (`Fs::set_atime_policy`); `noatime` also goes to
+    /// the kernel as the mount flag, so /proc/mounts shows it.
+    pub atime: AtimePolicy,
     /// Options the adapter does not know, passed through to the kernel mount (`dev`, `suid`...).
     pub passthrough: Vec<String>,
     /// `fsname` shown in /proc/mounts.
@@ -115,6 +121,7 @@ impl Default for MountOptions {
             threads: 2,
             max_write: 1 << 20,
             cache_size: None,
+            atime: AtimePolicy::default(),
             passthrough: Vec::new(),
             fsname: "fernfs".into(),
             stats: StatsSource::default(),
@@ -171,6 +178,13 @@ impl MountOptions {
                     self.max_write = n as u32;
                 }
                 "cache_size" => self.cache_size = Some(num(val)?),
+                // mount(8): `atime` and `norelatime` mean "the default" and "not relatime";
+                // the kernel's default is relatime, and "not relatime" is strict.
+                "relatime" | "atime" => self.atime.mode = AtimeMode::Relatime,
+                "strictatime" | "norelatime" => self.atime.mode = AtimeMode::Strict,
+                "noatime" => self.atime.mode = AtimeMode::Never,
+                "nodiratime" => self.atime.nodiratime = true,
+                "diratime" => self.atime.nodiratime = false,
                 "fsname" => self.fsname = val.ok_or_else(|| bad("needs a value"))?.to_string(),
                 // mount(8) and fstab noise that means nothing to a FUSE mount.
                 "defaults" | "auto" | "noauto" | "user" | "users" | "nofail" | "_netdev" => {}
@@ -205,6 +219,17 @@ impl MountOptions {
         if let Some(c) = self.cache_size {
             v.push(format!("cache_size={c}"));
         }
+        v.push(
+            match self.atime.mode {
+                AtimeMode::Relatime => "relatime",
+                AtimeMode::Strict => "strictatime",
+                AtimeMode::Never => "noatime",
+            }
+            .into(),
+        );
+        if self.atime.nodiratime {
+            v.push("nodiratime".into());
+        }
         v.push(format!("fsname={}", self.fsname));
         v.extend(self.passthrough.iter().cloned());
         v.join(",")
@@ -225,6 +250,9 @@ impl MountOptions {
         if self.default_permissions {
             o.push(MountOption::DefaultPermissions);
         }
+        if self.atime.mode == AtimeMode::Never {
+            o.push(MountOption::NoAtime);
+        }
         o.extend(self.passthrough.iter().filter_map(|p| kernel_option(p)));
         c.mount_options = o;
         c.acl = if self.allow_other {
@@ -241,9 +269,10 @@ impl MountOptions {
 }
 
 /// A pass-through option as fuser's mount option: the generic mount flags by name (they are
-/// `mount(2)` flags, not FUSE data options, so they must not be sent as text); atime variants
-/// fuser cannot express (`relatime`, the default, `strictatime`, `nodiratime`) are dropped;
-/// anything else goes to the kernel as a FUSE option, which rejects what it does not know.
+/// `mount(2)` flags, not FUSE data options, so they must not be sent as text); `lazytime`
+/// (meaningless here: fern-fs writes atime as it goes) is dropped; anything else goes to the
+/// kernel as a FUSE option, which rejects what it does not know. The atime options never
+/// get here: they are parsed into [`MountOptions::atime`].
 fn kernel_option(opt: &str) -> Option<MountOption> {
     Some(match opt {
         "dev" => MountOption::Dev,
@@ -252,12 +281,10 @@ fn kernel_option(opt: &str) -> Option<MountOption> {
         "nosuid" => MountOption::NoSuid,
         "exec" => MountOption::Exec,
         "noexec" => MountOption::NoExec,
-        "atime" => MountOption::Atime,
-        "noatime" => MountOption::NoAtime,
         "sync" => MountOption::Sync,
         "async" => MountOption::Async,
         "dirsync" => MountOption::DirSync,
-        "relatime" | "strictatime" | "nodiratime" | "lazytime" => return None,
+        "lazytime" => return None,
         other => MountOption::CUSTOM(other.to_string()),
     })
 }
@@ -281,13 +308,22 @@ mod tests {
     #[test]
     fn parses_and_round_trips() {
         let mut o = MountOptions::default();
-        o.parse_into("ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,defaults")
-            .unwrap();
+        o.parse_into(
+            "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults",
+        )
+        .unwrap();
         assert!(o.read_only && o.allow_other);
         assert_eq!(o.threads, 8);
         assert_eq!(o.cache_size, Some(64 << 20));
         assert_eq!(o.attr_ttl, Duration::from_millis(500));
-        assert_eq!(o.passthrough, vec!["noatime".to_string()]);
+        assert_eq!(
+            o.atime,
+            AtimePolicy {
+                mode: AtimeMode::Never,
+                nodiratime: true
+            }
+        );
+        assert!(o.passthrough.is_empty());
         let mut p = MountOptions::default();
         p.parse_into(&o.to_option_string()).unwrap();
         assert_eq!(o, p);
@@ -296,7 +332,7 @@ mod tests {
     #[test]
     fn mount_flags_are_flags_not_fuse_options() {
         let mut o = MountOptions::default();
-        o.parse_into("noatime,relatime,nodev,max_read=65536")
+        o.parse_into("relatime,noatime,nodev,max_read=65536")
             .unwrap();
         let c = o.fuser_config();
         assert!(c.mount_options.contains(&MountOption::NoAtime));
@@ -308,6 +344,20 @@ mod tests {
             .mount_options
             .iter()
             .any(|m| matches!(m, MountOption::CUSTOM(s) if s.contains("atime"))));
+    }
+
+    #[test]
+    fn atime_options_last_one_wins() {
+        let mut o = MountOptions::default();
+        assert_eq!(o.atime.mode, AtimeMode::Relatime);
+        o.parse_into("noatime,strictatime").unwrap();
+        assert_eq!(o.atime.mode, AtimeMode::Strict);
+        o.parse_into("atime").unwrap();
+        assert_eq!(o.atime.mode, AtimeMode::Relatime);
+        assert!(!o
+            .fuser_config()
+            .mount_options
+            .contains(&MountOption::NoAtime));
     }
 
     #[test]
