@@ -2,7 +2,9 @@
 
 pub mod bench;
 pub mod blockdev;
+pub mod daemon_log;
 pub mod fsck;
+pub mod holder;
 pub mod image;
 pub mod mkfs;
 pub mod mount;
