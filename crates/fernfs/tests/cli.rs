@@ -79,3 +79,70 @@ fn unknown_system_and_workload_are_usage_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented yet"));
 }
+
+/// A file that is not a fernfs image is named as such by every command that opens one (not
+/// an "I/O error"); mount reports it before mounting anything.
+#[test]
+fn a_file_that_is_not_an_image_is_named_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.img");
+    std::fs::write(&junk, b"hello, this is not a file system").unwrap();
+    let empty = dir.path().join("empty.img");
+    std::fs::write(&empty, b"").unwrap();
+    let out_dir = dir.path().join("out");
+    for img in [&junk, &empty] {
+        let i = img.to_str().unwrap();
+        let export_src = format!("{i}:/");
+        for args in [
+            vec!["fsck", i],
+            vec!["stat", i],
+            vec!["export", &export_src, out_dir.to_str().unwrap()],
+            vec!["mount", i, dir.path().to_str().unwrap()],
+        ] {
+            let out = fernfs().args(&args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{args:?}");
+            assert!(
+                err.contains("not a fernfs image (no fernfs signature at offset 0)"),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains("I/O error"), "{args:?}: {err}");
+        }
+    }
+    assert!(
+        !out_dir.exists(),
+        "a failed export must not create its destination"
+    );
+}
+
+/// An unknown `-o` option is refused by name before any mount is attempted (no FUSE needed:
+/// the image does not even have to exist).
+#[test]
+fn an_unknown_mount_option_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fernfs()
+        .args(["mount", "absent.img", dir.path().to_str().unwrap()])
+        .args(["-o", "rw,x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown mount option 'x'"), "{err}");
+    assert!(!err.contains("mount(2)"), "{err}");
+}
+
+/// fuse3's mount.fuse runs a `fuse.fernfs` mount as `fernfs SOURCE MOUNTPOINT -o OPTIONS`:
+/// that form is a mount, failing like a mount helper (exit 32), not a usage error.
+#[test]
+fn the_program_form_of_mount_fuse_is_a_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let absent = dir.path().join("absent.img");
+    let out = fernfs()
+        .arg(&absent)
+        .arg(dir.path())
+        .args(["-o", "rw,noatime,dev,suid"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(32), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("absent.img"));
+}

@@ -80,7 +80,10 @@ fn top(dir: &Path) -> Option<(String, String)> {
 /// umount(8), as a user or fstab/systemd would unmount: returns when the kernel has
 /// detached the mount, not when the daemon has closed the image.
 fn plain_umount(dir: &Path) {
-    let out = Command::new("umount").arg(dir).output().expect("run umount");
+    let out = Command::new("umount")
+        .arg(dir)
+        .output()
+        .expect("run umount");
     assert!(out.status.success(), "umount {}: {out:?}", dir.display());
 }
 
@@ -392,7 +395,11 @@ fn unmounting_fernfs_leaves_what_is_mounted_beneath_alone() {
 
     // umount(8).
     let pid = mount(&x);
-    assert_eq!(top(&mnt), fernfs_top(&xs), "the mount's type is fuse.fernfs");
+    assert_eq!(
+        top(&mnt),
+        fernfs_top(&xs),
+        "the mount's type is fuse.fernfs"
+    );
     plain_umount(&mnt);
     gone(pid, "umount");
     tmpfs_intact("after umount(8)");
@@ -497,7 +504,10 @@ fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
     let busy = run(&["fsck".as_ref(), i]);
     assert_eq!(busy.status.code(), Some(8));
     let err = String::from_utf8_lossy(&busy.stderr);
-    assert!(err.contains("mounted on") && err.contains(&*mnt.to_string_lossy()), "{err}");
+    assert!(
+        err.contains("mounted on") && err.contains(&*mnt.to_string_lossy()),
+        "{err}"
+    );
     assert!(start.elapsed() < Duration::from_secs(10), "must not wait");
     ok(&["umount".as_ref(), m]);
 }
@@ -545,7 +555,10 @@ fn mount_t_fuse_fernfs_runs_fernfs_through_mount_fuse() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(
-        stdout.contains(&format!("fuse.fernfs {}", img.canonicalize().unwrap().display())),
+        stdout.contains(&format!(
+            "fuse.fernfs {}",
+            img.canonicalize().unwrap().display()
+        )),
         "{stdout}"
     );
     // The daemon (in that namespace) closes the image; fsck waits for it.
@@ -570,10 +583,19 @@ fn the_daemon_logs_to_the_log_option_file() {
     let _guard = MountGuard(mnt.clone());
     ok(&["mkfs".as_ref(), img.as_os_str()]);
     let opt = format!("log={}", log.display());
-    ok(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str(), "-o".as_ref(), opt.as_ref()]);
+    ok(&[
+        "mount".as_ref(),
+        img.as_os_str(),
+        mnt.as_os_str(),
+        "-o".as_ref(),
+        opt.as_ref(),
+    ]);
     let text = fs::read_to_string(&log).unwrap();
     assert!(text.contains("mounted on"), "{text}");
     ok(&["umount".as_ref(), mnt.as_os_str()]);
     let text = fs::read_to_string(&log).unwrap();
-    assert!(text.contains("unmounted;") && text.contains("closed"), "{text}");
+    assert!(
+        text.contains("unmounted;") && text.contains("closed"),
+        "{text}"
+    );
 }
