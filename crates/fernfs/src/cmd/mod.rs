@@ -6,6 +6,7 @@ pub mod daemon_log;
 pub mod fsck;
 pub mod holder;
 pub mod image;
+pub mod interrupt;
 pub mod mkfs;
 pub mod mount;
 pub mod stat;
