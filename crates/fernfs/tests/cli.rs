@@ -146,3 +146,53 @@ fn the_program_form_of_mount_fuse_is_a_mount() {
     assert_eq!(out.status.code(), Some(32), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("absent.img"));
 }
+
+/// Ctrl-C on `bench engine` (SIGINT to the bench process alone, as a test can send it) kills
+/// its task process and removes the scratch data, saying so; without a terminal, progress is
+/// one line per task.
+#[test]
+fn sigint_on_bench_removes_its_scratch_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("scratch");
+    let child = fernfs()
+        .args([
+            "bench",
+            "engine",
+            "--quick",
+            "--workloads",
+            "E1",
+            "--reps",
+            "1",
+        ])
+        .args(["--no-drop-caches", "--systems", "fern-tree"])
+        .arg("--dir")
+        .arg(&scratch)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    // Wait until a task is writing its scratch data.
+    while std::fs::read_dir(&scratch).map_or(0, |d| d.count()) == 0 {
+        assert!(start.elapsed().as_secs() < 30, "no scratch data appeared");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("fernfs bench: task 1/"), "{err}");
+    assert!(err.contains("scratch data removed"), "{err}");
+    // The killed task process may take a moment to be gone; its directory must not return.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !scratch.exists(),
+        "scratch data left in {}",
+        scratch.display()
+    );
+}

@@ -20,6 +20,15 @@ impl Interrupt {
     /// Blocks the stop signals in the calling thread (and so in every thread it starts
     /// later: call it before opening an image) and starts the thread that waits for them.
     pub fn install() -> Result<Interrupt, CmdError> {
+        Self::install_with(|_| {})
+    }
+
+    /// [`Interrupt::install`], and `on_signal` runs on the waiting thread once the flag is
+    /// set (a command whose work loop cannot poll — a child process doing the work — cleans
+    /// up there, and may end the process).
+    pub fn install_with(
+        on_signal: impl FnOnce(i32) + Send + 'static,
+    ) -> Result<Interrupt, CmdError> {
         let mut set = SigSet::empty();
         for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
             set.add(s);
@@ -33,6 +42,7 @@ impl Interrupt {
             .spawn(move || {
                 if let Ok(sig) = set.wait() {
                     f.store(sig as i32, Ordering::SeqCst);
+                    on_signal(sig as i32);
                 }
             })
             .map_err(|e| CmdError::new(format!("starting the signal thread: {e}")))?;
@@ -54,4 +64,32 @@ impl Interrupt {
             Some(s) => Err(CmdError::new(format!("interrupted by signal {s}"))),
         }
     }
+}
+
+/// Kills (SIGKILL) every child process of this process, found by their parent pid in
+/// /proc/PID/stat; returns how many.
+pub fn kill_children() -> usize {
+    let me = std::process::id().to_string();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `PID (comm) STATE PPID ...`; comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if ppid == Some(me.as_str())
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
 }
