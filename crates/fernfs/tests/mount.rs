@@ -599,3 +599,34 @@ fn the_daemon_logs_to_the_log_option_file() {
         "{text}"
     );
 }
+
+/// scripts/demo names the host file system by its mount-table type (statfs's magic number
+/// calls ext4 "ext2/ext3") and prints the ratio of the two rates (issue 12.15).
+#[test]
+fn demo_names_the_host_type_and_prints_the_ratio() {
+    if !can_mount("demo test") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let want = Command::new("findmnt")
+        .args(["-n", "-o", "FSTYPE", "--target"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let want = String::from_utf8_lossy(&want.stdout).trim().to_string();
+    let out = Command::new("bash")
+        .arg(root.join("scripts/demo"))
+        .env("FILES", "200")
+        .env("DEMO_DIR", tmp.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains(&format!("host ({want})")),
+        "want {want}:\n{text}"
+    );
+    assert!(text.contains("fernfs / host = "), "{text}");
+    assert!(text.contains('×'), "{text}");
+}
