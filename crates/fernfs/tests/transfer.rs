@@ -219,3 +219,69 @@ fn export_of_a_missing_path_creates_nothing() {
     assert!(String::from_utf8_lossy(&r.stderr).contains("/no/such/dir"));
     assert!(!out.exists(), "the destination must not be created");
 }
+
+/// Ctrl-C during an import stops it cleanly: exit status non-zero, a message saying what was
+/// copied and where it stopped, the image closed and clean, and every file in it complete
+/// (the one being copied was removed).
+#[test]
+fn an_interrupted_import_says_what_was_copied_and_leaves_whole_files() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let n_files = 24u32;
+    for n in 0..n_files {
+        let data: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ n as u8)
+            .collect();
+        fs::write(src.join(format!("f{n:02}")), data).unwrap();
+    }
+    let img = t.path().join("fs.img");
+    fernfs(&["mkfs".as_ref(), img.as_os_str()]);
+    // Progress is seen in the image's allocated blocks (its length is set up front).
+    let allocated = || fs::metadata(&img).unwrap().blocks() * 512;
+    let start_alloc = allocated();
+    let child = Command::new(env!("CARGO_BIN_EXE_fernfs"))
+        .arg("import")
+        .arg(&src)
+        .arg(&img)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while allocated() < start_alloc + (8 << 20) {
+        assert!(started.elapsed().as_secs() < 60, "import wrote nothing");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the import finished before the signal: {err}"
+    );
+    assert!(err.contains("interrupted by signal 2"), "{err}");
+    assert!(
+        err.contains("copied: ") && err.contains("not copied: "),
+        "{err}"
+    );
+    fernfs(&["fsck".as_ref(), img.as_os_str()]);
+    let out_dir = t.path().join("out");
+    fernfs(&["export".as_ref(), img.as_os_str(), out_dir.as_os_str()]);
+    let got: Vec<_> = fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!((got.len() as u32) < n_files, "nothing was left out");
+    for p in got {
+        let name = p.file_name().unwrap();
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            fs::read(src.join(name)).unwrap(),
+            "{name:?} incomplete"
+        );
+    }
+}
