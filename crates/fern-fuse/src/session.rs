@@ -2,6 +2,7 @@
 //! [`Mounted::unmount`]) and [`serve`] (the daemon's foreground loop, ended by an unmount or by
 //! SIGTERM/SIGINT/SIGHUP). It owns the shutdown order — stop taking requests, then make the
 //! store durable — and must never return while requests it acknowledged are not yet durable.
+//! It never unmounts by path: every unmount goes through `mount::KernelMount`.
 
 use std::io;
 use std::path::Path;
@@ -129,9 +130,11 @@ pub fn block_session_signals() -> io::Result<SigSet> {
 
 /// Serves `fs` at `mountpoint` on this thread until unmounted or signalled; `on_ready` runs
 /// once the mount is usable (the daemon tells its parent then). On SIGTERM, SIGINT or SIGHUP
-/// the store is synced at once and the mount is unmounted (lazily, if busy: the kernel then
-/// keeps the connection until the last open file closes, and we keep serving it). When the
-/// session ends the store is synced again, so every acknowledged write is durable.
+/// the store is synced at once and our mount is unmounted (lazily, if busy: the kernel then
+/// keeps the connection until the last open file closes, and we keep serving it) — only if it
+/// is the topmost mount at its path (`KernelMount::unmount`); a session ended by someone
+/// else's unmount unmounts nothing. When the session ends the store is synced again, so every
+/// acknowledged write is durable.
 ///
 /// Blocks those signals in the calling thread (and so in every thread it starts); call it
 /// from the process's main thread before starting other threads.

@@ -4,7 +4,8 @@
 //! group with `/` as its working directory and stdin/stderr on /dev/null; the child reports
 //! `ready` (or `error: ...`) on its stdout, a pipe the parent reads, so `fernfs mount` returns
 //! exactly when the mount is usable and fails with the child's reason otherwise. No fork in a
-//! threaded process, no unsafe.
+//! threaded process, no unsafe. Whatever the daemon has to say later goes to its logger
+//! (`daemon_log`: `-o log=PATH`, syslog, or stderr).
 //!
 //! The mount's `fsname` is the image's canonical path and its type `fuse.fernfs`, so the mount
 //! table names the image and `fernfs umount` can wait for the daemon to release it (the image
