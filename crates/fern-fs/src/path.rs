@@ -416,6 +416,35 @@ impl PathFs {
         self.fs.set_attributes_as(&self.cred, ino, sa)
     }
 
+    /// [`PathFs::setattr`] without following a final symlink (lchown, utimensat with
+    /// AT_SYMLINK_NOFOLLOW): how a copy gives a symlink its owner and times.
+    pub fn lsetattr(&self, path: &[u8], sa: &SetAttr) -> FsResult<()> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, false)?;
+        self.fs.set_attributes_as(&self.cred, ino, sa)
+    }
+
+    /// lsetxattr(2): [`PathFs::setxattr`] without following a final symlink.
+    pub fn lsetxattr(&self, path: &[u8], name: &[u8], value: &[u8], flags: u32) -> FsResult<()> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, false)?;
+        self.fs.setxattr(ino, name, value, flags)
+    }
+
+    /// llistxattr(2) and the values: every extended attribute of `path`, not following a
+    /// final symlink.
+    #[allow(clippy::type_complexity)] // (name, value) pairs, as listxattr + getxattr give them
+    pub fn lxattrs(&self, path: &[u8]) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, false)?;
+        self.fs
+            .listxattr(ino)?
+            .into_iter()
+            .map(|n| Ok((self.fs.getxattr(ino, &n)?, n)))
+            .map(|r| r.map(|(v, n)| (n, v)))
+            .collect()
+    }
+
     /// Every entry of a directory, with attributes, in name order.
     pub fn read_dir(&self, path: &[u8]) -> FsResult<Vec<DirEntry>> {
         let mut pins = self.pins();

@@ -25,35 +25,11 @@ use fern_kv::KvStore;
 /// test's descriptors on another mount and make its unmount fail with EBUSY).
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Whether this machine can run the tests; with `FERN_REQUIRE_FUSE=1` it must.
+/// Whether this machine can run the tests (root, /dev/fuse and `tools`); where CI declares it
+/// can (`FERN_REQUIRE_FUSE=1`), a missing piece fails the test (fern-testkit).
 fn runnable(tools: &[&str]) -> bool {
-    let mut missing: Vec<String> = Vec::new();
-    if !Path::new("/dev/fuse").exists() {
-        missing.push("/dev/fuse".into());
-    }
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root".into());
-    }
-    for t in tools {
-        let found = Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {t}"))
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            missing.push((*t).to_string());
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let required = std::env::var("FERN_REQUIRE_FUSE").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "FERN_REQUIRE_FUSE=1 but this test cannot run: missing {missing:?}"
-    );
-    eprintln!("SKIPPED: needs {missing:?}");
-    false
+    let check = fern_testkit::fuse_as_root().and_then(|()| fern_testkit::programs(tools));
+    !fern_testkit::skipped(fern_testkit::Need::Fuse, check)
 }
 
 /// A fresh file system mounted (allow_other, so `nobody` can use it) in a temporary

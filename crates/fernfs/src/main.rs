@@ -56,8 +56,12 @@ fn fix_mmap_threshold() {
 
 fn main() -> ExitCode {
     fix_mmap_threshold();
-    // Run as mount(8)'s helper (mount.fernfs, mount.fuse.fernfs) when called by that name.
-    if let Some(code) = cmd::mount::helper_main() {
+    // Run as mount(8)'s helper: called as mount.fernfs / mount.fuse.fernfs, or as
+    // `fernfs SOURCE MOUNTPOINT -o OPTIONS` (how fuse3's mount.fuse runs a fuse.TYPE program).
+    let cli = <Cli as clap::CommandFactory>::command();
+    let mut names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    names.push("help");
+    if let Some(code) = cmd::mount::helper_main(&names) {
         return code;
     }
     let cli = Cli::parse();

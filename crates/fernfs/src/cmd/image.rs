@@ -4,7 +4,11 @@
 //! mounted image or an fsck of a mounted image is refused instead of corrupting it (the
 //! engine itself does not lock); a read-only open (`fsck` without `--repair`, `stat`,
 //! `export`: the engine's W11, nothing is written) holds a shared lock, so it waits for no
-//! other reader but never runs beside a writer. It must never format anything by itself.
+//! other reader but never runs beside a writer. A lock held by a mount daemon whose mount is
+//! already gone
+//! (a plain `umount` returns when the kernel detaches the mount, before the daemon has
+//! closed the image) is waited for, bounded and announced: see `holder`. It must never
+//! format anything by itself.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -74,27 +78,56 @@ pub enum Access {
     Repair,
 }
 
-/// Takes the exclusive lock on the image file at `path`, failing at once if it is held.
-pub fn lock(path: &Path) -> Result<Flock<File>, CmdError> {
-    lock_as(path, FlockArg::LockExclusiveNonblock)
-}
+/// How long [`lock`] waits for a daemon that is unmounting to close the image.
+pub const UNMOUNTING_WAIT: Duration = Duration::from_secs(30);
 
-fn lock_as(path: &Path, how: FlockArg) -> Result<Flock<File>, CmdError> {
+/// One attempt at the lock (`how`: shared or exclusive, never blocking): `Ok(None)` when
+/// someone else holds it.
+fn try_lock(path: &Path, how: FlockArg) -> Result<Option<Flock<File>>, CmdError> {
     let f = OpenOptions::new()
         .read(true)
         .open(path)
         .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
-    Flock::lock(f, how).map_err(|(_, errno)| {
-        if errno == nix::errno::Errno::EWOULDBLOCK {
-            CmdError::new(format!(
-                "{} is in use (mounted, or being checked); unmount it first with \
-                 `fernfs umount MOUNTPOINT`",
-                path.display()
-            ))
-        } else {
-            CmdError::new(format!("{}: lock: {errno}", path.display()))
+    match Flock::lock(f, how) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(CmdError::new(format!("{}: lock: {errno}", path.display()))),
+    }
+}
+
+/// Takes the exclusive lock on the image at `path`. If a fernfs mount daemon holds it and its
+/// mount is no longer in its mount table, that daemon is unmounting: wait for it (announced on
+/// stderr) up to [`UNMOUNTING_WAIT`]. Any other holder — a daemon still mounted, an fsck, an
+/// import — is an error at once, naming it.
+pub fn lock(path: &Path) -> Result<Flock<File>, CmdError> {
+    lock_as(path, FlockArg::LockExclusiveNonblock)
+}
+
+/// [`lock`], shared or exclusive as `how` says.
+fn lock_as(path: &Path, how: FlockArg) -> Result<Flock<File>, CmdError> {
+    let start = Instant::now();
+    let mut announced = false;
+    loop {
+        if let Some(l) = try_lock(path, how)? {
+            return Ok(l);
         }
-    })
+        let holder = super::holder::of(path);
+        match holder {
+            super::holder::Holder::Unmounting(pid) if start.elapsed() < UNMOUNTING_WAIT => {
+                if !announced {
+                    eprintln!(
+                        "fernfs: waiting for the daemon that is unmounting {} (pid {pid})…",
+                        path.display()
+                    );
+                    announced = true;
+                }
+            }
+            // Released between our attempt and the look-up: try again.
+            super::holder::Holder::None if start.elapsed() < UNMOUNTING_WAIT => {}
+            h => return Err(h.in_use_error(path, start.elapsed())),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Waits up to `limit` for the lock on `path` to become free (a daemon finishing its
@@ -102,11 +135,35 @@ fn lock_as(path: &Path, how: FlockArg) -> Result<Flock<File>, CmdError> {
 pub fn wait_unlocked(path: &Path, limit: Duration) -> Result<(), CmdError> {
     let start = Instant::now();
     loop {
-        match lock(path) {
-            Ok(_) => return Ok(()),
-            Err(e) if start.elapsed() >= limit => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        match try_lock(path, FlockArg::LockExclusiveNonblock)? {
+            Some(_) => return Ok(()),
+            None if start.elapsed() >= limit => {
+                return Err(super::holder::of(path).in_use_error(path, start.elapsed()))
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
         }
+    }
+}
+
+/// Refuses what is not a fernfs image by its signature (the engine's header magic in either
+/// header slot: a damaged slot 0 with a good slot 1 is still an image), before the engine
+/// reports it as a bare I/O error.
+pub fn check_signature(path: &Path) -> Result<(), CmdError> {
+    use std::os::unix::fs::FileExt;
+    let f = File::open(path).map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
+    let magic = fern_tree::blockfile::MAGIC;
+    let has = |off: u64| {
+        let mut b = [0u8; 8];
+        f.read_exact_at(&mut b, off).is_ok() && b == magic
+    };
+    if has(0) || has(fern_tree::blockfile::ALIGN) {
+        Ok(())
+    } else {
+        Err(CmdError::new(format!(
+            "{}: not a fernfs image (no fernfs signature at offset 0); create one with \
+             `fernfs mkfs`",
+            path.display()
+        )))
     }
 }
 
@@ -122,6 +179,7 @@ impl Image {
         let path = path
             .canonicalize()
             .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
+        check_signature(&path)?;
         let read_only = access == Access::ReadOnly;
         let lock = lock_as(
             &path,
