@@ -4,7 +4,7 @@
 //! changes. It owns the rules for link counts and for what happens to an inode when its last
 //! name goes (freed at once, or kept as an orphan while open). It must never read data blocks.
 
-use fern_kv::{transact, KeyRange, KvRead, KvTxn, WriteOptions};
+use fern_kv::{transact, transact_opts, KeyRange, KvRead, KvTxn, WriteOptions};
 
 use crate::attr::{Attr, FileType, Stat, Timespec};
 use crate::cache::Loc;
@@ -314,7 +314,8 @@ impl Fs {
         // transaction's own read, and the lock is taken after it. A change to the entry between
         // the read and the commit fails the commit (the read is validated) and the body runs
         // again, so the read cannot be stale when it counts.
-        let (id, fate, _g) = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+        // A removal frees space, so a full store admits it (format.md, B12).
+        let (id, fate, _g) = transact_opts(&*self.kv, &self.policy, |txn| {
             let Some(v) = txn.get(self.t.dentry, &key)? else {
                 return Err(FsError::NotFound);
             };
@@ -334,12 +335,12 @@ impl Fs {
                 self.remove_dir_keys(txn, id)?;
             }
             self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
-            let fate = if dir {
-                Fate::Freed
+            let (fate, freed) = if dir {
+                (Fate::Freed, 0)
             } else {
                 self.drop_link(txn, d, now)?
             };
-            Ok((id, fate, g))
+            Ok(((id, fate, g), WriteOptions::NO_SYNC.freeing(freed)))
         })?;
         self.names.remove(parent, name);
         self.dirents.forget(parent, name);
@@ -368,13 +369,14 @@ impl Fs {
     }
 
     /// Appends what losing the name `d` means for its inode (the entry deletion itself is the
-    /// caller's). The caller holds the inode's stripe, so its open count cannot change.
+    /// caller's), and how many data bytes that frees. The caller holds the inode's stripe, so
+    /// its open count cannot change.
     pub(crate) fn drop_link(
         &self,
         txn: &mut dyn KvTxn,
         d: Dentry,
         now: Timespec,
-    ) -> FsResult<Fate> {
+    ) -> FsResult<(Fate, u64)> {
         let id = d.id();
         let open = self.inodes.get(id).is_some_and(|k| k.opens > 0);
         let mut inode = match d {
@@ -389,17 +391,17 @@ impl Fs {
                 ..StatDelta::default()
             };
             self.upsert_stat(b, id, &Loc::Inode, &delta)?;
-            return Ok(Fate::StillLinked);
+            return Ok((Fate::StillLinked, 0));
         }
         if open {
             inode.stat.nlink = 0;
             inode.stat.ctime = now;
             b.put(self.t.inode, schema::id_key(id), inode.encode_record());
             b.put(self.t.orphan, schema::id_key(id), Vec::new());
-            return Ok(Fate::Orphaned);
+            return Ok((Fate::Orphaned, 0));
         }
         self.free_inode(b, id);
-        Ok(Fate::Freed)
+        Ok((Fate::Freed, inode.stat.size))
     }
 
     /// Updates the inode table after a committed removal.

@@ -120,7 +120,7 @@ impl Fs {
                         dst_fate = Some((cur_dst.id(), Fate::Freed, true));
                     } else {
                         let id = cur_dst.id();
-                        dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?, false));
+                        dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?.0, false));
                     }
                 }
                 txn.batch().delete(self.t.dentry, src_key.clone());

@@ -549,7 +549,11 @@ impl Env {
         state.log_id = log_id;
         if let (Some(size), None) = (opts.capacity, dev.capacity().ok().flatten()) {
             // A sized image file has its size from the start (sparse): it is what users see.
-            if dev.len().map_err(|e| Error::io("reading device length", e))? < size {
+            if dev
+                .len()
+                .map_err(|e| Error::io("reading device length", e))?
+                < size
+            {
                 dev.set_len(size)
                     .map_err(|e| Error::io("giving the image its size", e))?;
             }
@@ -914,17 +918,12 @@ impl Env {
         self.write_as(batch, durability, Admission::Grows, 0)
     }
 
-    /// [`write_with`](Self::write_with) for a batch that frees space (a delete, unlink,
-    /// truncate): on a full image it may use the reserve (B12). `freed` is how many data bytes
-    /// it deletes, as far as the caller knows (a hint: enough of them make the engine push the
-    /// deletes down in the background so that the space really returns, B13).
-    pub fn write_releasing(
-        &self,
-        batch: WriteBatch,
-        durability: Durability,
-        freed: u64,
-    ) -> Result<()> {
-        self.write_as(batch, durability, Admission::Frees, freed)
+    /// [`write`](Self::write) for a batch that frees space (a delete, unlink, truncate): on a
+    /// full image it may use the reserve (B12). `freed` is how many data bytes it deletes, as
+    /// far as the caller knows (a hint: enough of them make the engine push the deletes down
+    /// in the background so that the space really returns, B13).
+    pub fn write_releasing(&self, batch: WriteBatch, freed: u64) -> Result<()> {
+        self.write_as(batch, self.inner.durability, Admission::Frees, freed)
     }
 
     fn write_as(

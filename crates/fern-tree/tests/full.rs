@@ -60,7 +60,10 @@ fn fill(env: &Env, next: u64) -> u64 {
             }
             Err(e) => panic!("row {i}: expected NoSpace, got {e}"),
         }
-        assert!(i - next < 100_000, "never refused: the limit is not enforced");
+        assert!(
+            i - next < 100_000,
+            "never refused: the limit is not enforced"
+        );
     }
 }
 
@@ -107,7 +110,7 @@ fn full_device_refuses_new_data_keeps_old_frees_on_delete_and_reopens() {
             for &i in chunk {
                 b.delete(&t, &key(i));
             }
-            env.write_releasing(b, Durability::Buffered, chunk.len() as u64 * 3000)
+            env.write_releasing(b, chunk.len() as u64 * 3000)
                 .expect("a delete on a full device is admitted");
         }
         live = kept;
@@ -135,7 +138,10 @@ fn full_device_refuses_new_data_keeps_old_frees_on_delete_and_reopens() {
         assert!(mem.snapshot().len() as u64 <= CAPACITY);
     }
     env.close().expect("close");
-    assert!(firsts[0] > 1000, "too little fit on an empty device: {firsts:?}");
+    assert!(
+        firsts[0] > 1000,
+        "too little fit on an empty device: {firsts:?}"
+    );
 }
 
 #[test]
@@ -166,8 +172,7 @@ fn sized_image_reports_its_capacity_and_gives_space_back() {
     for i in 0..2000 {
         b.delete(&t, &key(i));
     }
-    env.write_releasing(b, Durability::Buffered, 2000 * 3000)
-        .expect("delete");
+    env.write_releasing(b, 2000 * 3000).expect("delete");
     env.checkpoint().expect("checkpoint");
     env.checkpoint().expect("checkpoint");
     let after = env.space();
