@@ -95,6 +95,28 @@ pub fn wait_unlocked(path: &Path, limit: Duration) -> Result<(), CmdError> {
     }
 }
 
+/// What to tell a user whose image did not open. Only an image with no fernfs header at all
+/// is told to make one: advice to run `mkfs` on an intact image (one that is full, or on a
+/// failing disk) would destroy the data in it.
+pub fn open_error(path: &Path, e: &KvError) -> CmdError {
+    use fern_tree::Error as E;
+    let p = path.display();
+    match fern_kv_tree::engine_error(e) {
+        Some(E::NotAnImage) => CmdError::new(format!(
+            "{p}: not a fernfs image ({e}); create one with `fernfs mkfs`"
+        )),
+        Some(E::NoSpace { .. }) => CmdError::new(format!(
+            "{p}: the fernfs image could not be opened because its device is full ({e}); \
+             the data in it is intact: give the image more room (a larger device or file) \
+             and open it again"
+        )),
+        Some(E::Checksum { .. } | E::Corrupt { .. } | E::MissingNode(_)) => CmdError::new(
+            format!("{p}: the fernfs image is damaged ({e}); see `fernfs fsck --repair`"),
+        ),
+        _ => CmdError::new(format!("{p}: cannot open the fernfs image: {e}")),
+    }
+}
+
 impl Image {
     /// Opens and locks the fernfs image at `path` with a node cache of `cache_bytes`.
     pub fn open(path: &Path, cache_bytes: u64) -> Result<Image, CmdError> {
@@ -109,12 +131,7 @@ impl Image {
         } else {
             TreeStore::open(&path, cache_bytes as usize, fern_fs::registry())
         };
-        let store = opened.map_err(|e| {
-            CmdError::new(format!(
-                "{}: not a usable fernfs image ({e}); create one with `fernfs mkfs`",
-                path.display()
-            ))
-        })?;
+        let store = opened.map_err(|e| open_error(&path, &e))?;
         Ok(Image {
             store: Arc::new(store),
             path,
