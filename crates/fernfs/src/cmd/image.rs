@@ -110,9 +110,9 @@ pub fn open_error(path: &Path, e: &KvError) -> CmdError {
              the data in it is intact: give the image more room (a larger device or file) \
              and open it again"
         )),
-        Some(E::Checksum { .. } | E::Corrupt { .. } | E::MissingNode(_)) => CmdError::new(
-            format!("{p}: the fernfs image is damaged ({e}); see `fernfs fsck --repair`"),
-        ),
+        Some(E::Checksum { .. } | E::Corrupt { .. } | E::MissingNode(_)) => CmdError::new(format!(
+            "{p}: the fernfs image is damaged ({e}); see `fernfs fsck --repair`"
+        )),
         _ => CmdError::new(format!("{p}: cannot open the fernfs image: {e}")),
     }
 }
