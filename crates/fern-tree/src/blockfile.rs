@@ -163,6 +163,8 @@ pub struct BlockFileStats {
     pub live_nodes: u64,
     /// Bytes of extents replaced or freed but still referenced by a durable checkpoint.
     pub pending_free_bytes: u64,
+    /// Bytes of the extents the current BTT references (nodes and the log region).
+    pub referenced_bytes: u64,
     /// Bytes written to the device by this handle since open (blocks written by callers
     /// through [`BlockFile::reserve`] are not counted).
     pub bytes_written: u64,
@@ -924,6 +926,7 @@ impl BlockFile {
             free_bytes: self.alloc.free_bytes(),
             live_nodes: self.cur.iter().filter(|s| **s != Slot::Free).count() as u64,
             pending_free_bytes: self.pending_free.iter().map(|(_, l)| l.extent_len()).sum(),
+            referenced_bytes: self.live_blocks().map(|(_, l)| l.extent_len()).sum(),
             bytes_written: self.bytes_written,
             syncs: self.syncs,
             generation: self.newest.generation,
@@ -946,6 +949,12 @@ impl BlockFile {
     pub fn usable_free(&self, unit: u64) -> Option<u64> {
         let limit = self.limit?;
         Some(limit.saturating_sub(self.alloc.end()) + self.alloc.free_in_units(unit))
+    }
+
+    /// Entries of the current BTT (used or not): the size of the next table, in entries, at
+    /// most. O(1), unlike [`stats`](Self::stats).
+    pub fn table_entries(&self) -> u64 {
+        self.cur.len() as u64
     }
 
     /// The fixed size set by [`set_limit`](Self::set_limit).

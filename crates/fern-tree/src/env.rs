@@ -1106,7 +1106,7 @@ impl Env {
             None => {
                 let (allocated, end) = {
                     let bf = i.bf.lock();
-                    (bf.stats().allocated_bytes, bf.allocator().end())
+                    (bf.allocator().allocated_bytes(), bf.allocator().end())
                 };
                 let used = allocated + i.cache.dirty_bytes();
                 let host = i.dev.host_available().ok().flatten().unwrap_or(0);
@@ -1134,7 +1134,7 @@ impl Env {
 
     /// Sizes of the next block table and catalog (the catalog grows only with tree names).
     fn table_sizes(&self, bf: &BlockFile) -> (u64, u64) {
-        let btt = (bf.stats().live_nodes + 64) * crate::blockfile::BTT_ENTRY_LEN as u64;
+        let btt = (bf.table_entries() + 64) * crate::blockfile::BTT_ENTRY_LEN as u64;
         (btt, 4096)
     }
 
