@@ -118,9 +118,7 @@ impl BlockDevice for FileDevice {
         }
         // SAFETY: fstatvfs returned 0, so it filled the value (and it was zeroed before).
         let st = unsafe { st.assume_init() };
-        Ok(Some(
-            (st.f_bavail as u64).saturating_mul(st.f_frsize as u64),
-        ))
+        Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
     }
 
     #[cfg(target_os = "linux")]

@@ -95,7 +95,7 @@ fn content(rng: &mut Rng, n: usize, text: bool) -> Vec<u8> {
     while out.len() < n {
         let r = rng.next();
         out.extend_from_slice(WORDS[(r % 16) as usize].as_bytes());
-        if r % 7 == 0 {
+        if r.is_multiple_of(7) {
             out.extend_from_slice(format!("{:x}", r >> 40).as_bytes());
         }
     }
