@@ -3,8 +3,10 @@
 //! recovery on open; close.
 //!
 //! Owns the catalog (tree names → root node ids, next MSN, compression, log region, log epoch),
-//! which is stored as the block file's meta blob in every checkpoint, and the rule that a failed
-//! write or sync poisons the environment (invariant E2). Never: touches node internals (tree.rs),
+//! which is stored as the block file's meta blob in every checkpoint, the rule that a failed
+//! write or sync poisons the environment (invariant E2), and the admission of write batches on
+//! a fixed-size image (B11–B13: refuse new data before the reserve, make room with checkpoints
+//! and reclamation steps; the arithmetic is space.rs's). Never: touches node internals (tree.rs),
 //! block placement (blockfile.rs) or log framing (wal.rs); never acknowledges a `Sync` commit
 //! before its log record is durable (W3); never applies a batch it has not logged first (W2).
 
