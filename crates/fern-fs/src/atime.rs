@@ -118,8 +118,12 @@ impl Fs {
             ..StatDelta::default()
         };
         self.upsert_stat(&mut b, ino, &loc, &d)?;
-        self.kv.write(b, WriteOptions::NO_SYNC)?;
-        Ok(())
+        match self.kv.write(b, WriteOptions::NO_SYNC) {
+            // A read must not fail because its atime could not be recorded: a full store
+            // refuses new data (format.md B12), and an atime is not worth its reserve.
+            Err(fern_kv::KvError::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => Ok(()),
+            r => Ok(r?),
+        }
     }
 }
 

@@ -243,7 +243,12 @@ impl Fs {
             return Ok(());
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;
-        self.kv.write(b, WriteOptions::NO_SYNC)?;
+        let opts = if punch {
+            WriteOptions::NO_SYNC.freeing(len)
+        } else {
+            WriteOptions::NO_SYNC
+        };
+        self.kv.write(b, opts)?;
         self.set_shape(ino, after);
         Ok(())
     }

@@ -190,7 +190,7 @@ impl Fs {
             for (k, _) in &page {
                 self.free_inode(&mut b, schema::parse_id_key(k)?);
             }
-            self.kv.write(b, WriteOptions::NO_SYNC)?;
+            self.kv.write(b, WriteOptions::NO_SYNC.freeing(0))?;
         }
     }
 

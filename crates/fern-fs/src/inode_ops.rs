@@ -35,12 +35,14 @@ pub struct OpenFlags {
 pub struct StatFs {
     /// Block size.
     pub bsize: u32,
-    /// Total blocks: nominal ([`NOMINAL_BYTES`]); the store grows as its media allows.
+    /// Total blocks: the store's capacity ([`fern_kv::KvStore::space`]: a fixed-size image's
+    /// size, or a growing one's extent plus its host's free space); nominal
+    /// ([`NOMINAL_BYTES`]) for a store that cannot tell.
     pub blocks: u64,
-    /// Free blocks: total minus the bytes the store reports it occupies
-    /// ([`fern_kv::KvStore::space_used`]), or all of them when it cannot tell.
+    /// Free blocks: total minus the bytes the store uses.
     pub bfree: u64,
-    /// Free blocks for unprivileged users (the same: nothing is reserved for root).
+    /// Blocks new data can use: free minus the store's reserve for checkpoints and deletes
+    /// (for everyone alike, root included).
     pub bavail: u64,
     /// Total inodes: the id space ([`ID_SPACE`]).
     pub files: u64,
@@ -197,7 +199,12 @@ impl Fs {
             d.ctime = Some(t);
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;
-        self.kv.write(b, WriteOptions::NO_SYNC)?;
+        // A truncate frees space, so a full store admits it (format.md, B12).
+        let opts = match sa.size {
+            Some(_) => WriteOptions::NO_SYNC.freeing(0),
+            None => WriteOptions::NO_SYNC,
+        };
+        self.kv.write(b, opts)?;
         if let Some(s) = new_shape {
             self.set_shape(ino, s);
         }
@@ -286,7 +293,7 @@ impl Fs {
         if free {
             let mut b = WriteBatch::new();
             self.free_inode(&mut b, ino);
-            self.kv.write(b, WriteOptions::NO_SYNC)?;
+            self.kv.write(b, WriteOptions::NO_SYNC.freeing(0))?;
             self.inodes.update(ino, |k| {
                 k.orphan = false;
                 k.loc = Loc::Gone;
@@ -316,17 +323,28 @@ impl Fs {
             .saturating_sub(crate::ids::InodeId::FIRST_FREE)
             + 1;
         let bs = u64::from(self.sb.block_size);
-        // The media's capacity is not the file system's to know (an image file grows into
-        // its host file system); a large nominal total lets tools that check free space
-        // proceed, and used space is real whenever the store can report it.
-        let blocks = NOMINAL_BYTES / bs;
-        let used_blocks = self.kv.space_used().map_or(0, |b| b.div_ceil(bs));
-        let bfree = blocks.saturating_sub(used_blocks);
+        // The store's own figures (fern-kv-tree: the image's fixed size, or for a growing
+        // image its extent plus what the host can still give it; used counts what a
+        // checkpoint still holds; available excludes the engine's reserve). Only a store that
+        // cannot tell gets the nominal total.
+        let (blocks, bfree, bavail) = match self.kv.space() {
+            Some(s) => (
+                s.capacity / bs,
+                s.capacity.saturating_sub(s.used) / bs,
+                s.available / bs,
+            ),
+            None => {
+                let blocks = NOMINAL_BYTES / bs;
+                let used_blocks = self.kv.space_used().map_or(0, |b| b.div_ceil(bs));
+                let bfree = blocks.saturating_sub(used_blocks);
+                (blocks, bfree, bfree)
+            }
+        };
         Ok(StatFs {
             bsize: self.sb.block_size,
             blocks,
             bfree,
-            bavail: bfree,
+            bavail,
             files: ID_SPACE,
             ffree: ID_SPACE.saturating_sub(used_ids),
             namelen: NAME_MAX as u32,

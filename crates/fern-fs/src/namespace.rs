@@ -4,7 +4,7 @@
 //! changes. It owns the rules for link counts and for what happens to an inode when its last
 //! name goes (freed at once, or kept as an orphan while open). It must never read data blocks.
 
-use fern_kv::{transact, KeyRange, KvRead, KvTxn, WriteOptions};
+use fern_kv::{transact, transact_opts, KeyRange, KvRead, KvTxn, WriteOptions};
 
 use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{Attr, FileType, Stat, Timespec};
@@ -345,7 +345,8 @@ impl Fs {
         // transaction's own read, and the lock is taken after it. A change to the entry between
         // the read and the commit fails the commit (the read is validated) and the body runs
         // again, so the read cannot be stale when it counts.
-        let (id, fate, _g) = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+        // A removal frees space, so a full store admits it (format.md, B12).
+        let (id, fate, _g) = transact_opts(&*self.kv, &self.policy, |txn| {
             let Some(v) = txn.get(self.t.dentry, &key)? else {
                 return Err(FsError::NotFound);
             };
@@ -365,8 +366,8 @@ impl Fs {
                 self.remove_dir_keys(txn, id)?;
             }
             self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
-            let fate = self.drop_link(txn, d, now)?;
-            Ok((id, fate, g))
+            let (fate, freed) = self.drop_link(txn, d, now)?;
+            Ok(((id, fate, g), WriteOptions::NO_SYNC.freeing(freed)))
         })?;
         self.names.remove(parent, name);
         self.dirents.forget(parent, name);
@@ -395,16 +396,17 @@ impl Fs {
     }
 
     /// Appends what losing the name `d` means for its inode (the entry deletion itself is the
-    /// caller's; for a directory, so is [`Fs::remove_dir_keys`]). The caller holds the inode's
-    /// stripe, so its open count cannot change. A file or directory that is still open (an
-    /// `open` or `opendir` handle) becomes an orphan with no links: its handles keep working
-    /// (fstat gives nlink 0; an emptied directory lists nothing) until the last close frees it.
+    /// caller's; for a directory, so is [`Fs::remove_dir_keys`]), and how many data bytes that
+    /// frees. The caller holds the inode's stripe, so its open count cannot change. A file or
+    /// directory that is still open (an `open` or `opendir` handle) becomes an orphan with no
+    /// links: its handles keep working (fstat gives nlink 0; an emptied directory lists
+    /// nothing) until the last close frees it.
     pub(crate) fn drop_link(
         &self,
         txn: &mut dyn KvTxn,
         d: Dentry,
         now: Timespec,
-    ) -> FsResult<Fate> {
+    ) -> FsResult<(Fate, u64)> {
         let id = d.id();
         let open = self.inodes.get(id).is_some_and(|k| k.opens > 0);
         let mut inode = match d {
@@ -420,21 +422,22 @@ impl Fs {
                 ..StatDelta::default()
             };
             self.upsert_stat(b, id, &Loc::Inode, &delta)?;
-            return Ok(Fate::StillLinked);
+            return Ok((Fate::StillLinked, 0));
         }
         if open {
             inode.stat.nlink = 0;
             inode.stat.ctime = now;
             b.put(self.t.inode, schema::id_key(id), inode.encode_record());
             b.put(self.t.orphan, schema::id_key(id), Vec::new());
-            return Ok(Fate::Orphaned);
+            return Ok((Fate::Orphaned, 0));
         }
         // A directory's own keys (dirparent, xattrs) went with `remove_dir_keys`, and its stat
         // with its entry; a file still has data and perhaps an inode record.
         if inode.stat.kind()? != FileType::Directory {
             self.free_inode(b, id);
+            return Ok((Fate::Freed, inode.stat.size));
         }
-        Ok(Fate::Freed)
+        Ok((Fate::Freed, 0))
     }
 
     /// Updates the inode table after a committed removal.

@@ -148,7 +148,7 @@ impl Fs {
                         q_nlink -= 1;
                     }
                     let id = cur_dst.id();
-                    dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?, dst_dir));
+                    dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?.0, dst_dir));
                 }
                 if let Some(wid) = whiteout_id {
                     let from = self.dir_inherit(parent)?;

@@ -341,13 +341,14 @@ pub(crate) fn kernel_option(opt: &str) -> Option<KernelOption> {
     })
 }
 
-/// `123`, `64k`, `256M`, `2g` as bytes.
+/// `123`, `64k`, `256M`, `2g`, `1T` as bytes (binary multiples).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let (digits, mult) = match s.char_indices().last()? {
         (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
         (i, 'm' | 'M') => (&s[..i], 1 << 20),
         (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
         _ => (s, 1),
     };
     digits.parse::<u64>().ok()?.checked_mul(mult)

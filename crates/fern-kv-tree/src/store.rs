@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use fern_kv::occ::{ConflictTracker, ReadSet, TxnStart};
 use fern_kv::{
-    Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, Op, TreeId,
+    Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, Op, StoreSpace, TreeId,
     UpdateRegistry, WriteBatch, WriteOptions,
 };
 use fern_tree::device::BlockDevice;
@@ -278,8 +278,18 @@ impl TreeStore {
 
     /// Applies a translated batch and records it for conflict detection. The caller holds
     /// `gate` exclusively.
-    fn apply_locked(&self, batch: &WriteBatch, engine: fern_tree::WriteBatch) -> KvResult<()> {
-        let r = self.env.write(engine).map_err(map_error);
+    fn apply_locked(
+        &self,
+        batch: &WriteBatch,
+        engine: fern_tree::WriteBatch,
+        opts: WriteOptions,
+    ) -> KvResult<()> {
+        let r = match opts.frees {
+            // Deletes may use the engine's reserve on a full image (format.md, B12).
+            Some(bytes) => self.env.write_releasing(engine, bytes),
+            None => self.env.write(engine),
+        }
+        .map_err(map_error);
         // Recorded even on failure: a failed engine write may have applied part of the batch
         // before poisoning the environment, and an extra record costs at most a spurious
         // conflict.
@@ -403,7 +413,7 @@ impl KvStore for TreeStore {
         let engine = self.translate(&batch)?;
         {
             let _exclusive = self.gate.write();
-            self.apply_locked(&batch, engine)?;
+            self.apply_locked(&batch, engine, opts)?;
         }
         if opts.sync {
             self.make_durable()?;
@@ -432,6 +442,15 @@ impl KvStore for TreeStore {
         // Every allocated extent (nodes, block tables, the log region), not the file length:
         // holes left by freed nodes are reused before the file grows.
         Some(self.env().stats().file.allocated_bytes)
+    }
+
+    fn space(&self) -> Option<StoreSpace> {
+        let s = self.env.space();
+        Some(StoreSpace {
+            capacity: s.capacity,
+            used: s.used,
+            available: s.available,
+        })
     }
 }
 
@@ -502,7 +521,7 @@ impl KvTxn for TreeTxn<'_> {
             if store.tracker.conflicts(start, &self.reads.borrow()) {
                 Err(KvError::Conflict)
             } else {
-                store.apply_locked(&self.batch, engine)
+                store.apply_locked(&self.batch, engine, opts)
             }
         });
         store.tracker.end(start);

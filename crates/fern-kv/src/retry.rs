@@ -68,12 +68,26 @@ where
     E: Retryable,
     F: FnMut(&mut dyn KvTxn) -> Result<T, E>,
 {
+    transact_opts(store, policy, |txn| body(txn).map(|v| (v, opts)))
+}
+
+/// [`transact`] whose body also chooses the commit's options (a removal learns inside the
+/// transaction how much data it frees, `WriteOptions::freeing`).
+pub fn transact_opts<T, E, F>(
+    store: &dyn KvStore,
+    policy: &RetryPolicy,
+    mut body: F,
+) -> Result<T, E>
+where
+    E: Retryable,
+    F: FnMut(&mut dyn KvTxn) -> Result<(T, WriteOptions), E>,
+{
     let mut seed = jitter_seed();
     let attempts = policy.max_attempts.max(1);
     for attempt in 0..attempts {
         let mut txn = store.begin()?;
         let outcome = match body(&mut *txn) {
-            Ok(value) => txn.commit(opts).map(|()| value).map_err(E::from),
+            Ok((value, opts)) => txn.commit(opts).map(|()| value).map_err(E::from),
             Err(e) => Err(e),
         };
         match outcome {

@@ -90,6 +90,12 @@ pub trait KvStore: KvRead + Send + Sync {
     fn space_used(&self) -> Option<u64> {
         None
     }
+
+    /// Capacity, use and what new data can still use, when the backend can tell without
+    /// scanning (fern-fs reports it in statfs). `None`: unknown.
+    fn space(&self) -> Option<crate::StoreSpace> {
+        None
+    }
 }
 
 /// An optimistic transaction: recorded reads plus a buffered batch. Dropping it without

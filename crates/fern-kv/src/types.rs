@@ -239,13 +239,46 @@ pub struct WriteOptions {
     /// When false the batch is atomic and ordered but may be lost, whole, at a crash; a later
     /// [`crate::KvStore::sync`] makes it and everything before it durable.
     pub sync: bool,
+    /// Set for a batch that deletes data (unlink, rmdir, truncate, hole punch): a store with a
+    /// fixed size admits it even when it refuses new data (it may use the store's reserve,
+    /// because it gives space back); the number is about how many data bytes it deletes, a
+    /// hint the store may use to return the space sooner. `None`: an ordinary batch.
+    pub frees: Option<u64>,
 }
 
 impl WriteOptions {
     /// Durable on return.
-    pub const SYNC: WriteOptions = WriteOptions { sync: true };
+    pub const SYNC: WriteOptions = WriteOptions {
+        sync: true,
+        frees: None,
+    };
     /// Atomic, not necessarily durable on return.
-    pub const NO_SYNC: WriteOptions = WriteOptions { sync: false };
+    pub const NO_SYNC: WriteOptions = WriteOptions {
+        sync: false,
+        frees: None,
+    };
+
+    /// The same options for a batch that deletes about `bytes` bytes of data (see
+    /// [`frees`](Self::frees)).
+    pub const fn freeing(self, bytes: u64) -> WriteOptions {
+        WriteOptions {
+            frees: Some(bytes),
+            ..self
+        }
+    }
+}
+
+/// A store's space, as statfs reports it ([`crate::KvStore::space`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreSpace {
+    /// Bytes the store may occupy: its media's fixed size, or for a growing store what it
+    /// occupies plus what its host can still give it.
+    pub capacity: u64,
+    /// Bytes in use.
+    pub used: u64,
+    /// Bytes new data can still use (capacity minus used minus what the store keeps in reserve
+    /// for itself).
+    pub available: u64,
 }
 
 /// What a backend accepts in one atomic batch or transaction. `None` means no fixed limit.

@@ -201,6 +201,25 @@ impl Allocator {
         out.into_iter()
     }
 
+    /// Bytes of the holes that whole extents of `unit` bytes can use: each hole counts
+    /// `⌊len / unit⌋ · unit`. Space accounting counts the rest as used (fragments too small
+    /// for a node, format.md B12). Subtrees whose largest hole is below `unit` are skipped (A2).
+    pub fn free_in_units(&self, unit: u64) -> u64 {
+        let unit = unit.max(ALIGN);
+        let mut total = 0;
+        let mut stack = vec![self.root];
+        while let Some(t) = stack.pop() {
+            if t == NIL || self.nodes[t as usize].max < unit {
+                continue;
+            }
+            let n = &self.nodes[t as usize];
+            total += n.len / unit * unit;
+            stack.push(n.left);
+            stack.push(n.right);
+        }
+        total
+    }
+
     /// The hole containing byte `offset`, if that byte is free.
     pub fn hole_containing(&self, offset: u64) -> Option<(u64, u64)> {
         self.last_at_or_before(offset)

@@ -163,6 +163,8 @@ pub struct BlockFileStats {
     pub live_nodes: u64,
     /// Bytes of extents replaced or freed but still referenced by a durable checkpoint.
     pub pending_free_bytes: u64,
+    /// Bytes of the extents the current BTT references (nodes and the log region).
+    pub referenced_bytes: u64,
     /// Bytes written to the device by this handle since open (blocks written by callers
     /// through [`BlockFile::reserve`] are not counted).
     pub bytes_written: u64,
@@ -209,6 +211,11 @@ pub struct BlockFile {
     syncs: u64,
     /// Set when a checkpoint failed before its header was durable: the device state is unknown.
     poisoned: Option<String>,
+    /// The image's fixed size, if it has one (B11): no extent is allocated past it, and the
+    /// free tail is punched rather than truncated, so the file keeps its size.
+    limit: Option<u64>,
+    /// Highest extent end allocated since the free tail was last punched.
+    tail_high: u64,
 }
 
 impl std::fmt::Debug for BlockFile {
@@ -445,6 +452,8 @@ impl BlockFile {
             bytes_written: 0,
             syncs: 0,
             poisoned: None,
+            limit: None,
+            tail_high: 0,
         };
         f.write_at(meta, meta_ext.offset, "writing the meta blob")?;
         f.sync("syncing the meta blob")?;
@@ -589,6 +598,8 @@ impl BlockFile {
             bytes_written: 0,
             syncs: 0,
             poisoned: None,
+            limit: None,
+            tail_high: file_len,
         };
         Ok(Opened {
             file,
@@ -696,7 +707,7 @@ impl BlockFile {
         let len = u32::try_from(bytes.len())
             .map_err(|_| Error::InvalidArgument(format!("node {id} block over 4 GiB")))?;
         let loc = BlockLoc {
-            offset: self.alloc.alloc(len as u64),
+            offset: self.alloc_extent(len, || format!("writing node {id}"))?,
             len,
         };
         if let Err(e) = self.write_at(bytes, loc.offset, &format!("writing node {id}")) {
@@ -713,7 +724,7 @@ impl BlockFile {
     pub fn reserve(&mut self, id: NodeId, len: u32) -> Result<BlockLoc> {
         self.check_writable(id)?;
         let loc = BlockLoc {
-            offset: self.alloc.alloc(len as u64),
+            offset: self.alloc_extent(len, || format!("writing node {id}"))?,
             len,
         };
         self.file_len = self.file_len.max(loc.offset + len as u64);
@@ -765,18 +776,22 @@ impl BlockFile {
     /// only; the current BTT (used by readers and eviction) is untouched. The caller writes
     /// `len` bytes at the returned offset through [`device`](Self::device) before committing.
     pub fn reserve_for_checkpoint(&mut self, id: NodeId, len: u32) -> Result<BlockLoc> {
-        let Some(ip) = &mut self.in_progress else {
-            return Err(Error::InvalidArgument("no checkpoint in progress".into()));
-        };
         let i = id.0 as usize;
-        if !matches!(ip.btt.get(i), Some(Slot::Reserved | Slot::At(_))) {
-            return Err(Error::InvalidArgument(format!(
-                "node {id} was not allocated when the checkpoint began"
-            )));
+        match &self.in_progress {
+            None => return Err(Error::InvalidArgument("no checkpoint in progress".into())),
+            Some(ip) if !matches!(ip.btt.get(i), Some(Slot::Reserved | Slot::At(_))) => {
+                return Err(Error::InvalidArgument(format!(
+                    "node {id} was not allocated when the checkpoint began"
+                )))
+            }
+            Some(_) => {}
         }
         let loc = BlockLoc {
-            offset: self.alloc.alloc(len as u64),
+            offset: self.alloc_extent(len, || format!("writing node {id} for a checkpoint"))?,
             len,
+        };
+        let Some(ip) = &mut self.in_progress else {
+            return Err(Error::InvalidArgument("no checkpoint in progress".into()));
         };
         ip.btt[i] = Slot::At(loc);
         ip.written.push((i, loc));
@@ -850,14 +865,32 @@ impl BlockFile {
         let btt = encode_btt(&table);
         let btt_len = u32::try_from(btt.len())
             .map_err(|_| Error::InvalidArgument("translation table over 4 GiB".into()))?;
-        let mut blob = |len: u32| match len {
-            0 => BlockLoc::NONE,
-            len => BlockLoc {
-                offset: self.alloc.alloc(len as u64),
-                len,
-            },
+        let mut blob = |len: u32| -> Result<BlockLoc> {
+            Ok(match len {
+                0 => BlockLoc::NONE,
+                len => BlockLoc {
+                    offset: self.alloc_extent(len, || "writing a checkpoint".into())?,
+                    len,
+                },
+            })
         };
-        let (btt_ext, meta_ext) = (blob(btt_len), blob(meta_len));
+        let btt_ext = blob(btt_len);
+        let meta_ext = blob(meta_len);
+        let (btt_ext, meta_ext) = match (btt_ext, meta_ext) {
+            (Ok(b), Ok(m)) => (b, m),
+            (b, m) => {
+                // Nothing written yet; give back what was allocated. The reserve (B11) exists
+                // so that this never happens; if it does, the handle stays as it was.
+                for ext in [&b, &m].into_iter().flatten() {
+                    if ext.len > 0 {
+                        self.alloc.free(ext.offset, ext.extent_len());
+                    }
+                }
+                return Err(b.and(m).err().unwrap_or_else(|| Error::NoSpace {
+                    context: "writing a checkpoint".into(),
+                }));
+            }
+        };
         let generation = self.newest.generation + 1;
         let header = Header {
             generation,
@@ -925,6 +958,7 @@ impl BlockFile {
             free_bytes: self.alloc.free_bytes(),
             live_nodes: self.cur.iter().filter(|s| **s != Slot::Free).count() as u64,
             pending_free_bytes: self.pending_free.iter().map(|(_, l)| l.extent_len()).sum(),
+            referenced_bytes: self.live_blocks().map(|(_, l)| l.extent_len()).sum(),
             bytes_written: self.bytes_written,
             syncs: self.syncs,
             generation: self.newest.generation,
@@ -934,6 +968,49 @@ impl BlockFile {
     /// The allocator, for inspection (tests, tools).
     pub fn allocator(&self) -> &Allocator {
         &self.alloc
+    }
+
+    /// Gives the image a fixed size (B11): nothing is allocated past `limit`, and the file's
+    /// free tail is punched rather than truncated. `None`: the file grows as needed.
+    pub fn set_limit(&mut self, limit: Option<u64>) {
+        self.limit = limit;
+    }
+
+    /// Free bytes below the limit that extents of up to `unit` bytes can use (B12): the tail
+    /// past the allocator's end plus the holes counted in whole units. `None` without a limit.
+    pub fn usable_free(&self, unit: u64) -> Option<u64> {
+        let limit = self.limit?;
+        Some(limit.saturating_sub(self.alloc.end()) + self.alloc.free_in_units(unit))
+    }
+
+    /// Entries of the current BTT (used or not): the size of the next table, in entries, at
+    /// most. O(1), unlike [`stats`](Self::stats).
+    pub fn table_entries(&self) -> u64 {
+        self.cur.len() as u64
+    }
+
+    /// The fixed size set by [`set_limit`](Self::set_limit).
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// Allocates an extent for `len` bytes, or fails with [`Error::NoSpace`] (changing nothing)
+    /// if it would end past the limit (B11).
+    fn alloc_extent(&mut self, len: u32, context: impl FnOnce() -> String) -> Result<u64> {
+        let off = self.alloc.alloc(len as u64);
+        let end = off + (len as u64).max(1).div_ceil(ALIGN) * ALIGN;
+        if self.limit.is_some_and(|l| end > l) {
+            self.alloc.free(off, end - off);
+            return Err(Error::NoSpace {
+                context: format!(
+                    "{}: the image is full ({} bytes)",
+                    context(),
+                    self.limit.unwrap_or_default()
+                ),
+            });
+        }
+        self.tail_high = self.tail_high.max(end);
+        Ok(off)
     }
 
     // ---- internals ----
@@ -982,7 +1059,16 @@ impl BlockFile {
     /// now contain freed extents by punching.
     fn give_back_space(&mut self, freed: &[BlockLoc]) -> Result<()> {
         let end = self.alloc.end();
-        if self.file_len > end {
+        if self.limit.is_some() {
+            // A sized image keeps its length (it is the capacity users see): the free tail is
+            // punched instead, once per stretch that held extents.
+            if self.tail_high > end {
+                self.dev
+                    .punch_hole(end, self.tail_high - end)
+                    .map_err(|e| Error::io("punching the free tail", e))?;
+            }
+            self.tail_high = end;
+        } else if self.file_len > end {
             self.dev
                 .set_len(end)
                 .map_err(|e| Error::io("truncating the free tail", e))?;

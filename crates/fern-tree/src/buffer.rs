@@ -316,6 +316,13 @@ impl MsgBuffer {
             .sum()
     }
 
+    /// How many deletes and range deletes the buffer holds (what `tree::reclaim_step` moves).
+    pub(crate) fn deletes(&self) -> usize {
+        self.in_msn_order()
+            .filter(|(m, _)| matches!(m.kind, Kind::Delete | Kind::RangeDelete))
+            .count()
+    }
+
     /// Every message in MSN order, with its packed bytes.
     pub(crate) fn in_msn_order(&self) -> impl Iterator<Item = (MsgRef<'_>, &[u8])> + '_ {
         let mut pos = 0usize;

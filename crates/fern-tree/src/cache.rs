@@ -178,6 +178,24 @@ impl Cache {
             .collect()
     }
 
+    /// An upper bound on the bytes the dirty nodes take once written: each one's memory (a
+    /// dirty node is fully loaded, N6, and its encoding is never larger than its partitions'
+    /// bytes plus a header and one frame header each, B9) plus an allocation unit for its header
+    /// and rounding. The space accounting counts it as used (format.md, B12).
+    pub(crate) fn dirty_bytes(&self) -> u64 {
+        let map = self.map.lock();
+        map.values()
+            .filter(|s| s.node.is_dirty())
+            .map(|s| s.node.mem.load(Ordering::Relaxed) as u64 + 2 * crate::blockfile::ALIGN)
+            .sum()
+    }
+
+    /// Memory of every cached node (dirty or not): a cheap upper bound on
+    /// [`dirty_bytes`](Self::dirty_bytes) minus the per-node allowance.
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed) as u64
+    }
+
     /// Evicts least recently used nodes until memory is below 90% of the bound.
     /// `write` makes a dirty node durable-on-checkpoint (copy-on-write) before it is dropped.
     pub(crate) fn evict(&self, write: &dyn Fn(&Node) -> Result<()>) -> Result<()> {

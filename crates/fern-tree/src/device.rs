@@ -34,6 +34,17 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn punch_hole(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
+    /// The fixed size of a device that cannot grow (a disk or partition, a [`LimitedDevice`]);
+    /// `None` for one that grows as it is written (a file, [`MemDevice`]). The engine never
+    /// allocates past it (format.md, "Space and the reserve").
+    fn capacity(&self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
+    /// For a growing device: bytes its host can still give it (a file's file system's free
+    /// space), if known. Only reported (statfs), never relied on.
+    fn host_available(&self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,6 +148,21 @@ impl BlockDevice for FileDevice {
 
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    #[allow(unsafe_code)]
+    fn host_available(&self) -> io::Result<Option<u64>> {
+        use std::os::fd::AsRawFd;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+        // SAFETY: fstatvfs writes one `statvfs` into the pointer it is given, which points at
+        // a zero-initialised value of that type; the descriptor stays open for the call.
+        let rc = unsafe { libc::fstatvfs(self.file.as_raw_fd(), st.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatvfs returned 0, so it filled the value (and it was zeroed before).
+        let st = unsafe { st.assume_init() };
+        Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
     }
 
     #[cfg(target_os = "linux")]
@@ -436,6 +462,59 @@ impl BlockDevice for FaultyDevice {
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
         self.gate()?;
         self.inner.punch_hole(offset, len)
+    }
+    fn capacity(&self) -> io::Result<Option<u64>> {
+        self.inner.capacity()
+    }
+}
+
+/// Wraps a device and gives it a fixed capacity, like a disk partition: a write or length
+/// change past `capacity` bytes fails with ENOSPC and changes nothing. Tests of a full device
+/// run on it (tests/full.rs); the file system's block-device wrapper behaves the same way.
+#[derive(Debug)]
+pub struct LimitedDevice {
+    inner: std::sync::Arc<dyn BlockDevice>,
+    capacity: u64,
+}
+
+impl LimitedDevice {
+    /// `inner` limited to `capacity` bytes.
+    pub fn new(inner: std::sync::Arc<dyn BlockDevice>, capacity: u64) -> Self {
+        LimitedDevice { inner, capacity }
+    }
+
+    fn check(&self, end: u64) -> io::Result<()> {
+        if end > self.capacity {
+            Err(io::Error::from_raw_os_error(libc::ENOSPC))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl BlockDevice for LimitedDevice {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check(offset.saturating_add(buf.len() as u64))?;
+        self.inner.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check(len)?;
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.punch_hole(offset, len)
+    }
+    fn capacity(&self) -> io::Result<Option<u64>> {
+        Ok(Some(self.capacity))
     }
 }
 

@@ -3,8 +3,10 @@
 //! recovery on open; close.
 //!
 //! Owns the catalog (tree names → root node ids, next MSN, compression, log region, log epoch),
-//! which is stored as the block file's meta blob in every checkpoint, and the rule that a failed
-//! write or sync poisons the environment (invariant E2). Never: touches node internals (tree.rs),
+//! which is stored as the block file's meta blob in every checkpoint, the rule that a failed
+//! write or sync poisons the environment (invariant E2), and the admission of write batches on
+//! a fixed-size image (B11–B13: refuse new data before the reserve, make room with checkpoints
+//! and reclamation steps; the arithmetic is space.rs's). Never: touches node internals (tree.rs),
 //! block placement (blockfile.rs) or log framing (wal.rs); never acknowledges a `Sync` commit
 //! before its log record is durable (W3); never applies a batch it has not logged first (W2).
 
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::blockfile::{BlockFile, ALIGN};
+use crate::blockfile::{BlockFile, ALIGN, DATA_START};
 use crate::buffer::MsgBuffer;
 use crate::cache::Cache;
 use crate::codec::Compression;
@@ -27,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::ids::{Lsn, Msn, NodeId, UpsertId};
 use crate::msg::{Op, UpsertFn, UpsertRegistry};
 use crate::node::Node;
+use crate::space::{self, Admission, Space};
 use crate::stats::{self, Counters, Stats};
 use crate::tree::{self, Ctx, Shape};
 use crate::varint::{put_varint, Reader};
@@ -84,6 +87,11 @@ pub struct Options {
     /// of failing with [`Error::Checksum`]. Never the default; what was dropped is in
     /// [`Env::recovery`]. (W4)
     pub cut_damaged_log: bool,
+    /// Fixed size of a new image in bytes, kept in its catalog: nothing is allocated past it,
+    /// new data is refused with [`Error::NoSpace`] before the reserve is touched, and the file
+    /// keeps this length (format.md, "Space and the reserve"). `None`: the image grows as its
+    /// device allows. A device with a capacity of its own (a disk) is limited by that anyway.
+    pub capacity: Option<u64>,
 }
 
 impl Default for Options {
@@ -101,6 +109,7 @@ impl Default for Options {
             checkpoint_thread: true,
             read_only: false,
             cut_damaged_log: false,
+            capacity: None,
         }
     }
 }
@@ -167,6 +176,8 @@ struct State {
     log_id: NodeId,
     /// Epoch of this open's log records (W6); bumped and checkpointed by every open.
     epoch: u32,
+    /// The image's fixed size from its catalog (0: none; B11).
+    capacity: u64,
 }
 
 pub(crate) struct Inner {
@@ -191,7 +202,22 @@ pub(crate) struct Inner {
     read_only: bool,
     /// What recovery found (set once by the open).
     recovery: Mutex<RecoveryReport>,
+    /// The size nothing is allocated past (B11): the catalog's capacity or the device's,
+    /// whichever is smaller; `None` for an image that grows.
+    limit: Option<u64>,
+    /// Data bytes that releasing batches said they delete since the last reclamation pass.
+    freed_hint: std::sync::atomic::AtomicU64,
+    /// Set when enough was deleted that the checkpoint thread should push the deletes down.
+    reclaim_wanted: AtomicBool,
 }
+
+/// Data bytes deleted (as releasing batches report them) after which the deletes are pushed
+/// down in the background so that their space is really returned (format.md, B13): this, or
+/// a 32nd of a fixed-size image if that is less.
+const RECLAIM_AFTER: u64 = 8 << 20;
+
+/// Most rounds (reclaim steps, then two checkpoints) one attempt to make room runs.
+const ROOM_ROUNDS: usize = 64;
 
 /// Most log bytes one [`Inner::release_log_step`] punches: writers wait for one step (a few
 /// milliseconds of `fallocate` at most), not for the whole release.
@@ -373,6 +399,7 @@ impl Drop for UserHandle {
     fn drop(&mut self) {
         // A handle dropped without close() still gets a checkpoint, so an embedded user who
         // forgets close() loses nothing; errors have nowhere to go.
+        let _ = reclaim_before_close(&self.0);
         let _ = self.0.shutdown();
     }
 }
@@ -386,9 +413,10 @@ impl std::fmt::Debug for Env {
 }
 
 const META_MAGIC: &[u8; 4] = b"FCAT";
-/// Catalog version written by this build: 3 = the log may hold sync marks (W10).
+/// Catalog version written by this build: 3 = the log may hold sync marks (W10), and the
+/// catalog ends with the image's fixed size (0: the image grows; B11).
 const META_VERSION: u32 = 3;
-/// Oldest catalog version read: 2 (same fields, a log without sync marks).
+/// Oldest catalog version read: 2 (no size field, a log without sync marks).
 const META_VERSION_OLDEST: u32 = 2;
 /// Catalog value of `log_id` while an image is being created (no log yet).
 const NO_LOG: u64 = u64::MAX;
@@ -415,6 +443,7 @@ fn encode_meta(state: &State, shape: &Shape) -> Vec<u8> {
     }
     out.extend_from_slice(&state.log_id.0.to_le_bytes());
     out.extend_from_slice(&state.epoch.to_le_bytes());
+    out.extend_from_slice(&state.capacity.to_le_bytes());
     out
 }
 
@@ -457,6 +486,7 @@ fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
     }
     let log_id = NodeId(r.u64()?);
     let epoch = r.u32()?;
+    let capacity = if v >= 3 { r.u64()? } else { 0 };
     if r.remaining() != 0 {
         return Err(r.err("trailing bytes"));
     }
@@ -474,8 +504,22 @@ fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
             messages: 0,
             log_id,
             epoch,
+            capacity,
         },
     ))
+}
+
+/// The size nothing is allocated past (B11): the catalog's (0: none) or the device's own
+/// capacity, whichever is smaller.
+fn effective_limit(catalog: u64, dev: &dyn BlockDevice) -> Result<Option<u64>> {
+    let device = dev
+        .capacity()
+        .map_err(|e| Error::io("reading the device's capacity", e))?;
+    let catalog = (catalog != 0).then_some(catalog);
+    Ok(match (catalog, device) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 /// Fuzzing entry point: decodes a catalog.
@@ -521,12 +565,37 @@ impl Env {
             messages: 0,
             log_id: NodeId(NO_LOG),
             epoch: 1,
+            capacity: opts.capacity.unwrap_or(0),
         };
+        let limit = effective_limit(state.capacity, &*dev)?;
+        if let Some(l) = limit {
+            // Room for the headers, the log, a few nodes and the reserve, or nothing works.
+            let least = DATA_START + opts.log_bytes + 16 * opts.node_bytes as u64;
+            if l < least {
+                return Err(Error::InvalidArgument(format!(
+                    "an image of {l} bytes is too small for a {} byte log and {} byte nodes \
+                     (at least {least} bytes)",
+                    opts.log_bytes, opts.node_bytes
+                )));
+            }
+        }
         let mut bf = BlockFile::create(dev.clone(), &encode_meta(&state, &shape))?;
+        bf.set_limit(limit);
         // Both header slots get a checkpoint that names the log region, so either one alone
         // opens the image with its log (B4 then protects the region for good).
         let (log_id, loc) = bf.reserve_region(opts.log_bytes as u32)?;
         state.log_id = log_id;
+        if let (Some(size), None) = (opts.capacity, dev.capacity().ok().flatten()) {
+            // A sized image file has its size from the start (sparse): it is what users see.
+            if dev
+                .len()
+                .map_err(|e| Error::io("reading device length", e))?
+                < size
+            {
+                dev.set_len(size)
+                    .map_err(|e| Error::io("giving the image its size", e))?;
+            }
+        }
         for _ in 0..2 {
             bf.checkpoint(Lsn(0), &encode_meta(&state, &shape))?;
         }
@@ -557,8 +626,11 @@ impl Env {
             dev
         };
         let (dev, counters) = stats::counted(dev);
-        let opened = BlockFile::open(dev.clone())?;
+        let mut opened = BlockFile::open(dev.clone())?;
         let (shape, mut state) = decode_meta(&opened.meta)?;
+        opened
+            .file
+            .set_limit(effective_limit(state.capacity, &*dev)?);
         if opts.cache_bytes < 4 * shape.node_bytes {
             return Err(Error::InvalidArgument(format!(
                 "cache_bytes ({}) must hold at least 4 nodes of {} bytes",
@@ -638,7 +710,11 @@ impl Env {
         opts: Options,
     ) -> Env {
         let read_only = opts.read_only;
+        let limit = bf.limit();
         let inner = Arc::new(Inner {
+            limit,
+            freed_hint: Default::default(),
+            reclaim_wanted: AtomicBool::new(false),
             state: RwLock::new(state),
             cache: Cache::new(opts.cache_bytes, read_only),
             bf: Mutex::new(bf),
@@ -915,6 +991,24 @@ impl Env {
     /// [`Durability::Sync`] this returns after the record is durable, sharing the fsync with
     /// concurrent `Sync` commits (W3). After a crash the batch is recovered whole or not at all.
     pub fn write_with(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+        self.write_as(batch, durability, Admission::Grows, 0)
+    }
+
+    /// [`write`](Self::write) for a batch that frees space (a delete, unlink, truncate): on a
+    /// full image it may use the reserve (B12). `freed` is how many data bytes it deletes, as
+    /// far as the caller knows (a hint: enough of them make the engine push the deletes down
+    /// in the background so that the space really returns, B13).
+    pub fn write_releasing(&self, batch: WriteBatch, freed: u64) -> Result<()> {
+        self.write_as(batch, self.inner.durability, Admission::Frees, freed)
+    }
+
+    fn write_as(
+        &self,
+        batch: WriteBatch,
+        durability: Durability,
+        admission: Admission,
+        freed: u64,
+    ) -> Result<()> {
         if batch.ops.is_empty() {
             return Ok(());
         }
@@ -926,12 +1020,16 @@ impl Env {
         }
         self.check_writable()?;
         let mut payload = wal::encode_batch(batch.ops.iter().map(|(t, op)| (t.idx as u32, op)));
+        self.admit(admission, payload.len() as u64)?;
         let mut st = self.lock_with_log_room(payload.len())?;
         wal::set_first_msn(&mut payload, Msn(st.next_msn));
         let end = self.append_locked(&payload)?;
         let r = self.apply_locked(&mut st, batch.ops.iter().map(|(t, op)| (t.idx, op)));
         self.poison(r)?;
         drop(st);
+        if admission == Admission::Frees {
+            self.note_freed(freed)?;
+        }
         if self.wants_checkpoint() {
             self.request_checkpoint()?;
         }
@@ -1067,6 +1165,7 @@ impl Env {
 
     /// Checkpoints and closes. Other clones of this handle can no longer write.
     pub fn close(self) -> Result<()> {
+        reclaim_before_close(&self.inner)?;
         self.inner.shutdown()
     }
 
@@ -1094,6 +1193,214 @@ impl Env {
             log_end: self.inner.wal.end(),
             log_durable: self.inner.wal.durable(),
         }
+    }
+
+    /// The space figures statfs reports (format.md, "Space and the reserve").
+    pub fn space(&self) -> Space {
+        let i = &self.inner;
+        let reserve = self.reserve_of(&i.bf.lock());
+        let (capacity, used) = match i.limit {
+            Some(l) => (l, l.saturating_sub(self.room(false))),
+            None => {
+                let (allocated, end) = {
+                    let bf = i.bf.lock();
+                    (bf.allocator().allocated_bytes(), bf.allocator().end())
+                };
+                let used = allocated + i.cache.dirty_bytes();
+                let host = i.dev.host_available().ok().flatten().unwrap_or(0);
+                (end.max(used).saturating_add(host), used)
+            }
+        };
+        Space {
+            capacity,
+            used: used.min(capacity),
+            available: capacity.saturating_sub(used + reserve),
+            reserve,
+            fixed: i.limit.is_some(),
+        }
+    }
+
+    fn reserve_of(&self, bf: &BlockFile) -> u64 {
+        let (btt, meta) = self.table_sizes(bf);
+        space::reserve(btt, meta, self.inner.shape.node_bytes as u64)
+    }
+
+    fn checkpoint_room_of(&self, bf: &BlockFile) -> u64 {
+        let (btt, meta) = self.table_sizes(bf);
+        space::checkpoint_room(btt, meta, self.inner.shape.node_bytes as u64)
+    }
+
+    /// Sizes of the next block table and catalog (the catalog grows only with tree names).
+    fn table_sizes(&self, bf: &BlockFile) -> (u64, u64) {
+        let btt = (bf.table_entries() + 64) * crate::blockfile::BTT_ENTRY_LEN as u64;
+        (btt, 4096)
+    }
+
+    /// Space new extents can count on (B12), for a fixed-size image: free space below the
+    /// limit in pieces a whole node (or block table) fits in, minus what the dirty nodes will
+    /// take when written. `quick` counts only the free tail and takes the whole cache's memory
+    /// as the dirty part: no scan, and never more than the precise figure.
+    fn room(&self, quick: bool) -> u64 {
+        let i = &self.inner;
+        let free = {
+            let bf = i.bf.lock();
+            let unit = space::unit(self.table_sizes(&bf).0, i.shape.node_bytes as u64);
+            match (quick, bf.limit()) {
+                (_, None) => return u64::MAX,
+                (true, Some(l)) => l.saturating_sub(bf.allocator().end()),
+                (false, Some(_)) => bf.usable_free(unit).unwrap_or(0),
+            }
+        };
+        let dirty = if quick {
+            i.cache.used_bytes() + 2 * ALIGN * i.cache.stats().nodes as u64
+        } else {
+            i.cache.dirty_bytes()
+        };
+        free.saturating_sub(dirty)
+    }
+
+    /// Admits a batch of `payload` log bytes, or refuses it with [`Error::NoSpace`] before
+    /// anything is written (B12). New data must leave the whole reserve untouched; a releasing
+    /// batch only the room the checkpoints need. When the batch does not fit, room is made
+    /// first: checkpoints release blocks only older checkpoints referenced, and buffered
+    /// deletes are pushed down to where they remove rows.
+    fn admit(&self, admission: Admission, payload: u64) -> Result<()> {
+        let Some(limit) = self.inner.limit else {
+            return Ok(());
+        };
+        let keep = || {
+            let bf = self.inner.bf.lock();
+            match admission {
+                Admission::Grows => self.reserve_of(&bf),
+                Admission::Frees => self.checkpoint_room_of(&bf),
+            }
+        };
+        let fits = |quick: bool| payload.saturating_add(keep()) <= self.room(quick);
+        if fits(true) || fits(false) {
+            return Ok(());
+        }
+        for _ in 0..ROOM_ROUNDS {
+            if !self.make_room()? {
+                break;
+            }
+            if fits(false) {
+                return Ok(());
+            }
+        }
+        Err(Error::NoSpace {
+            context: format!(
+                "writing new data: the image is full ({limit} bytes; the rest is kept for \
+                 checkpoints and deletes, which still work)"
+            ),
+        })
+    }
+
+    /// One round of making room on a fixed-size image: a checkpoint pair (releases the blocks
+    /// that only older checkpoints referenced, B4), then reclamation steps within what the
+    /// checkpoints leave free, then another pair to release what the steps replaced. Returns
+    /// whether anything changed (room grew, or deletes moved).
+    fn make_room(&self) -> Result<bool> {
+        let before = self.room(false);
+        {
+            let _one = self.inner.ckpt_lock.lock();
+            self.checkpoint_fuzzy()?;
+            self.checkpoint_fuzzy()?;
+        }
+        let moved = match self.reclaim_budget() {
+            Some(budget) => self.reclaim(budget)?,
+            None => false,
+        };
+        if moved {
+            let _one = self.inner.ckpt_lock.lock();
+            self.checkpoint_fuzzy()?;
+            self.checkpoint_fuzzy()?;
+        }
+        Ok(moved || self.room(false) > before)
+    }
+
+    /// How many bytes of nodes one round of reclamation steps may make dirty: at most 16
+    /// nodes, and on a fixed-size image no more than the room the checkpoints leave; `None`
+    /// when that is less than a step needs (one path with a split).
+    fn reclaim_budget(&self) -> Option<u64> {
+        let node = self.inner.shape.node_bytes as u64;
+        let mut budget = 16 * node;
+        if self.inner.limit.is_some() {
+            let room = self.checkpoint_room_of(&self.inner.bf.lock());
+            budget = budget.min(self.room(false).saturating_sub(room));
+        }
+        (budget >= 2 * node).then_some(budget)
+    }
+
+    /// Runs reclamation steps (`tree::reclaim_step`) over every tree until no buffered delete
+    /// is left or the dirty nodes grew by `budget` bytes. A step changes no row, only where
+    /// messages wait, so it needs no log record (like a flush). Returns whether any step ran.
+    fn reclaim(&self, budget: u64) -> Result<bool> {
+        self.check_writable()?;
+        let mut st = self.inner.state.write();
+        let ctx = self.ctx();
+        let start = ctx.cache.dirty_bytes();
+        let mut moved = false;
+        let r = (|| {
+            for t in 0..st.trees.len() {
+                loop {
+                    let (root, step) = tree::reclaim_step(&ctx, st.trees[t].root)?;
+                    st.trees[t].root = root;
+                    if !step {
+                        break;
+                    }
+                    moved = true;
+                    if ctx.cache.dirty_bytes().saturating_sub(start) >= budget {
+                        return ctx.cache.evict(&|n| ctx.write_node(n));
+                    }
+                }
+            }
+            ctx.cache.evict(&|n| ctx.write_node(n))
+        })();
+        self.poison(r)?;
+        Ok(moved)
+    }
+
+    /// Counts data deleted by releasing batches; past the threshold, asks for a background
+    /// reclamation pass (B13), or runs it here without a checkpoint thread.
+    fn note_freed(&self, freed: u64) -> Result<()> {
+        let i = &self.inner;
+        let total = i.freed_hint.fetch_add(freed.max(1), Ordering::Relaxed) + freed.max(1);
+        let threshold = i.limit.map_or(RECLAIM_AFTER, |l| RECLAIM_AFTER.min(l / 32));
+        if total < threshold {
+            return Ok(());
+        }
+        i.freed_hint.store(0, Ordering::Relaxed);
+        i.reclaim_wanted.store(true, Ordering::Relaxed);
+        if let Some(sig) = &i.ckpt_signal {
+            *sig.want.lock() = true;
+            sig.cv.notify_one();
+            return Ok(());
+        }
+        let Some(_one) = i.ckpt_lock.try_lock() else {
+            return Ok(());
+        };
+        self.reclaim_pass()
+    }
+
+    /// A background reclamation pass (B13): push every buffered delete down, in rounds that
+    /// each end with a checkpoint pair, so the rows' old blocks are released. The caller holds
+    /// `ckpt_lock`.
+    fn reclaim_pass(&self) -> Result<()> {
+        if !self.inner.reclaim_wanted.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        for _ in 0..ROOM_ROUNDS {
+            let Some(budget) = self.reclaim_budget() else {
+                break;
+            };
+            if !self.reclaim(budget)? {
+                break;
+            }
+            self.checkpoint_fuzzy()?;
+        }
+        // The pair's second checkpoint releases what the last round's steps replaced.
+        self.checkpoint_fuzzy()?;
+        self.checkpoint_fuzzy()
     }
 
     /// Runs a structural change `f` (no logical change to the rows) on a tree's root under the
@@ -1142,6 +1449,26 @@ impl Env {
     }
 }
 
+/// Pushes down the deletes written since the last reclamation pass, so that a closed image
+/// keeps no rows its deletes removed (B13: F8-style "deleted but still allocated").
+fn reclaim_before_close(inner: &Arc<Inner>) -> Result<()> {
+    if inner.closed.load(Ordering::SeqCst) || inner.poisoned.lock().is_some() {
+        return Ok(());
+    }
+    if inner.freed_hint.load(Ordering::Relaxed) > 0 {
+        inner.reclaim_wanted.store(true, Ordering::Relaxed);
+    }
+    let env = Env {
+        inner: inner.clone(),
+        _user: None,
+    };
+    let _one = inner.ckpt_lock.lock();
+    if inner.closed.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    env.reclaim_pass()
+}
+
 /// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
 fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
     let _ = std::thread::Builder::new()
@@ -1171,6 +1498,9 @@ fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
                 return; // closed while this thread waited for the lock
             }
             if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
+                return; // poisoned
+            }
+            if env.inner.reclaim_wanted.load(Ordering::Relaxed) && env.reclaim_pass().is_err() {
                 return; // poisoned
             }
         });

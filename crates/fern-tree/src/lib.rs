@@ -24,6 +24,7 @@ pub mod fuzz;
 mod ids;
 mod msg;
 mod node;
+mod space;
 mod stats;
 mod tree;
 mod varint;
@@ -36,6 +37,7 @@ pub use env::{Durability, Env, Options, RecoveryReport, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
+pub use space::{Admission, Space};
 pub use stats::{Backlog, DeviceStats, Stats};
 pub use tree::{DamagedNode, TreeReport};
 

@@ -158,6 +158,12 @@ impl BlockDevice for CountingDevice {
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
         self.inner.punch_hole(offset, len)
     }
+    fn capacity(&self) -> io::Result<Option<u64>> {
+        self.inner.capacity()
+    }
+    fn host_available(&self) -> io::Result<Option<u64>> {
+        self.inner.host_available()
+    }
 }
 
 /// Messages waiting in internal nodes' buffers: written, not yet applied to leaves.

@@ -382,6 +382,8 @@ enum Below<'k> {
     All,
     /// Carry the messages for this key all the way to its leaf (a hot key).
     Path(&'k [u8]),
+    /// Carry buffered deletes on, one path at a time, to where they free space (`reclaim_step`).
+    Reclaim,
 }
 
 /// A key with at least this many messages waiting in one buffer is "hot": its messages are
@@ -472,6 +474,77 @@ pub(crate) fn optimize(ctx: &Ctx<'_>, root: NodeId) -> Result<NodeId> {
     finish_root(ctx, node)
 }
 
+/// One step of space reclamation (format.md, "Space and the reserve"): the buffer on one
+/// root-to-leaf path that holds the most deletes and range deletes is flushed, level by level,
+/// down to the leaf, where the deletes remove rows (a range delete that covers a child's range
+/// drops the whole subtree on the way). Deletes are otherwise applied lazily, when their
+/// buffer fills; until then the rows they delete keep their space. One step changes one path
+/// (a bounded amount of new blocks), so a caller on a full device can interleave steps with
+/// the checkpoints that release the old blocks. Returns the new root and whether anything
+/// moved; a tree with no buffered delete is left untouched (nothing made dirty).
+pub(crate) fn reclaim_step(ctx: &Ctx<'_>, root: NodeId) -> Result<(NodeId, bool)> {
+    if !deletes_below(ctx, root)? {
+        return Ok((root, false));
+    }
+    let mut node = ctx.take(root)?;
+    reclaim_in(ctx, &mut node)?;
+    Ok((finish_root(ctx, node)?, true))
+}
+
+/// Whether any buffer of the subtree at `id` holds a delete or range delete (reads only).
+fn deletes_below(ctx: &Ctx<'_>, id: NodeId) -> Result<bool> {
+    let node = ctx.fetch(id)?;
+    let Body::Internal { children, .. } = &node.body else {
+        return Ok(false);
+    };
+    for i in 0..children.len() {
+        if ctx.buffer(&node, i)?.deletes() > 0 {
+            return Ok(true);
+        }
+    }
+    if node.height > 1 {
+        for &c in children {
+            if deletes_below(ctx, c)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Flushes the child buffer of `node` with the most deletes (or, if none has any, the first
+/// child whose subtree has some) with [`Below::Reclaim`], which continues one level down.
+fn reclaim_in(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+    let Body::Internal { children, bufs, .. } = &mut node.body else {
+        return Ok(());
+    };
+    let best = bufs
+        .iter_mut()
+        .map(|b| b.get_mut().deletes())
+        .enumerate()
+        .max_by_key(|&(_, d)| d)
+        .filter(|&(_, d)| d > 0)
+        .map(|(i, _)| i);
+    let pick = match best {
+        Some(i) => Some(i),
+        None if node.height > 1 => {
+            let mut found = None;
+            for (i, &c) in children.iter().enumerate() {
+                if deletes_below(ctx, c)? {
+                    found = Some(i);
+                    break;
+                }
+            }
+            found
+        }
+        None => None,
+    };
+    if let Some(i) = pick {
+        flush_child(ctx, node, i, Below::Reclaim)?;
+    }
+    Ok(())
+}
+
 /// Moves child `i`'s whole buffer into the child (invariant N4: a flush moves every message
 /// for the child, so messages above are always newer than messages below), then fixes the
 /// child's shape.
@@ -500,6 +573,10 @@ fn flush_child(
         Below::All => flush_all(ctx, &mut child)?,
         Below::Path(key) if !child.is_leaf() => {
             flush_key_path(ctx, &mut child, key)?;
+            flush_if_needed(ctx, &mut child)?;
+        }
+        Below::Reclaim if !child.is_leaf() => {
+            reclaim_in(ctx, &mut child)?;
             flush_if_needed(ctx, &mut child)?;
         }
         _ if !child.is_leaf() => flush_if_needed(ctx, &mut child)?,

@@ -98,6 +98,9 @@ impl BlockDevice for CrashAt {
         self.gate()?;
         self.inner.punch_hole(offset, len)
     }
+    fn capacity(&self) -> io::Result<Option<u64>> {
+        self.inner.capacity()
+    }
 }
 
 struct Rng(u64);

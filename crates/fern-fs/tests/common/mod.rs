@@ -127,6 +127,10 @@ impl KvStore for CountingStore {
     fn space_used(&self) -> Option<u64> {
         self.inner.space_used()
     }
+
+    fn space(&self) -> Option<fern_kv::StoreSpace> {
+        self.inner.space()
+    }
 }
 
 struct CountingTxn<'a> {

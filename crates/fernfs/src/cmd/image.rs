@@ -167,6 +167,35 @@ pub fn check_signature(path: &Path) -> Result<(), CmdError> {
     }
 }
 
+/// What to tell a user whose image did not open. Only an image with no fernfs header at all
+/// is told to make one: advice to run `mkfs` on an intact image (one that is full, or on a
+/// failing disk) would destroy the data in it.
+pub fn open_error(path: &Path, e: &KvError) -> CmdError {
+    use fern_tree::Error as E;
+    let p = path.display();
+    match fern_kv_tree::engine_error(e) {
+        Some(E::NotAnImage) => CmdError::new(format!(
+            "{p}: not a fernfs image ({e}); create one with `fernfs mkfs`"
+        )),
+        Some(E::NoSpace { .. }) => CmdError::new(format!(
+            "{p}: the fernfs image could not be opened because its device is full ({e}); \
+             the data in it is intact: give the image more room (a larger device or file) \
+             and open it again"
+        )),
+        // A damaged log is not "not an image" either: mkfs would destroy what it holds.
+        Some(E::Checksum { what, .. }) if what.contains("log record at LSN") => {
+            CmdError::new(format!(
+                "{p}: the write-ahead log is damaged: {e}. Nothing was changed. `fernfs fsck \
+                 --repair` cuts the log at the damaged record, keeping everything before it"
+            ))
+        }
+        Some(E::Checksum { .. } | E::Corrupt { .. } | E::MissingNode(_)) => CmdError::new(format!(
+            "{p}: the fernfs image is damaged ({e}); see `fernfs fsck --repair`"
+        )),
+        _ => CmdError::new(format!("{p}: cannot open the fernfs image: {e}")),
+    }
+}
+
 impl Image {
     /// Opens and locks the fernfs image at `path` for reading and writing with a node cache of
     /// `cache_bytes`.
@@ -202,22 +231,7 @@ impl Image {
         } else {
             TreeStore::open_with(&path, opts, fern_fs::registry())
         };
-        let store = opened.map_err(|e| {
-            let e = e.to_string();
-            // A damaged log is not "not an image": mkfs would destroy what it holds.
-            if e.contains("log record at LSN") {
-                CmdError::new(format!(
-                    "{}: the write-ahead log is damaged: {e}. Nothing was changed. `fernfs fsck \
-                     --repair` cuts the log at the damaged record, keeping everything before it",
-                    path.display()
-                ))
-            } else {
-                CmdError::new(format!(
-                    "{}: not a usable fernfs image ({e}); create one with `fernfs mkfs`",
-                    path.display()
-                ))
-            }
-        })?;
+        let store = opened.map_err(|e| open_error(&path, &e))?;
         Ok(Image {
             store: Arc::new(store),
             path,

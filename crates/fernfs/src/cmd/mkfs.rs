@@ -1,8 +1,15 @@
 //! `fernfs mkfs TARGET`: a new, empty file system in an image file (created if missing) or on
 //! a block device. It refuses to overwrite a file that already holds data, or a device with a
-//! recognised file-system signature (fernfs included), unless `--force`; and a mounted image or
-//! device even then (the image lock; O_EXCL on a device, which fails while the kernel has it
-//! mounted). It must never touch a file or device it was not asked to format.
+//! recognised file-system signature (fernfs included), unless `--force`, and says what it
+//! found; and it refuses a mounted image or device even then (the image lock; O_EXCL on a
+//! device, which fails while the kernel has it mounted). It must never touch a file or device
+//! it was not asked to format.
+//!
+//! Sizes: a device's size is its capacity. An image file gets one from `--size`, or from its
+//! own length when it already has one (`truncate -s 1G f; fernfs mkfs f`, as mkfs.ext4 takes
+//! it; an empty or sparse all-zero file holds nothing, which is checked with SEEK_DATA, not by
+//! reading it); the image keeps that length and never grows past it (format.md, B11). A new
+//! file without `--size` grows as it is written, up to what its host file system holds.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
@@ -42,6 +49,23 @@ pub struct MkfsArgs {
     /// Overwrite a file that already holds data, or a device holding a file system.
     #[arg(long)]
     pub force: bool,
+    /// Size of an image file, with an optional K, M, G or T suffix (binary multiples): the
+    /// image keeps this length, never grows past it, and `df` shows it as the capacity.
+    /// Default: an existing file's own length; a new file grows as it is written.
+    #[arg(long, value_parser = size_arg)]
+    pub size: Option<u64>,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    fern_fuse::parse_size(s)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{s:?} is not a size (a number with an optional K, M, G or T)"))
+}
+
+/// Log region of an image of `size` bytes: a sixteenth, whole MiB, from 1 MiB to the default
+/// (256 MiB). The log is space the tree cannot use; a checkpoint runs every quarter of it.
+fn log_bytes_for(size: u64, default: u64) -> u64 {
+    (size / 16 / (1 << 20) * (1 << 20)).clamp(1 << 20, default)
 }
 
 /// Runs `fernfs mkfs`.
@@ -63,6 +87,12 @@ pub fn run(args: MkfsArgs) -> Result<(), CmdError> {
         ..Options::default()
     };
     if blockdev::is_block_device(t) {
+        if args.size.is_some() {
+            return Err(CmdError::new(format!(
+                "{}: --size is for image files; a block device's size is its own",
+                t.display()
+            )));
+        }
         return mkfs_device(&args, opts);
     }
     let meta = std::fs::metadata(t).ok();
@@ -74,12 +104,28 @@ pub fn run(args: MkfsArgs) -> Result<(), CmdError> {
             )));
         }
         if m.len() > 0 && !args.force {
+            if let Some(what) = contents(t, m)? {
+                return Err(CmdError::new(format!(
+                    "{} {what}; add --force to overwrite it",
+                    t.display()
+                )));
+            }
+        }
+    }
+    // --size, else the file's own length (a pre-sized or --force'd file keeps it).
+    let size = args
+        .size
+        .or_else(|| meta.as_ref().map(|m| m.len()).filter(|&n| n > 0));
+    let mut opts = opts;
+    if let Some(size) = size {
+        if size < MIN_DEVICE {
             return Err(CmdError::new(format!(
-                "{} already holds data ({} bytes); add --force to overwrite it",
-                t.display(),
-                m.len()
+                "{}: {size} bytes is too small; fernfs needs at least {MIN_DEVICE} bytes",
+                t.display()
             )));
         }
+        opts.capacity = Some(size);
+        opts.log_bytes = log_bytes_for(size, opts.log_bytes);
     }
     // Create (or keep) the file, lock it, and only then empty it: a mounted image is refused.
     OpenOptions::new()
@@ -138,13 +184,65 @@ fn mkfs_device(args: &MkfsArgs, mut opts: Options) -> Result<(), CmdError> {
             dev.capacity()
         )));
     }
-    // The log takes an eighth of a small device, at most the file-image default.
-    opts.log_bytes = (dev.capacity() / 8 / (1 << 20) * (1 << 20)).clamp(1 << 20, opts.log_bytes);
+    opts.log_bytes = log_bytes_for(dev.capacity(), opts.log_bytes);
     // Headers, catalog and log region lie at the start: clear them so nothing of an earlier
     // file system can be mistaken for log records (see blockdev.rs).
     blockdev::zero_prefix(&dev, opts.log_bytes + (8 << 20)).map_err(err)?;
     let store = TreeStore::create_on_with(Arc::new(dev), opts, fern_fs::registry())?;
     finish(args, store)
+}
+
+/// What a non-empty file holds, said so a user can decide about `--force`; `None` when it
+/// holds nothing (all holes: an empty or sparse file, which mkfs takes as it is).
+fn contents(path: &std::path::Path, m: &std::fs::Metadata) -> Result<Option<String>, CmdError> {
+    let err = |e: std::io::Error| CmdError::new(format!("{}: {e}", path.display()));
+    let f = std::fs::File::open(path).map_err(err)?;
+    match rustix::fs::seek(&f, rustix::fs::SeekFrom::Data(0)) {
+        // No data anywhere: holes only.
+        Err(rustix::io::Errno::NXIO) => return Ok(None),
+        Ok(_) => {}
+        // A file system without SEEK_DATA: assume the file holds data (refusing is safe).
+        Err(_) => {}
+    }
+    let mut head = [0u8; 8];
+    let fernfs = [0u64, 4096].iter().any(|&off| {
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut head, off).is_ok() && head == fern_tree::blockfile::MAGIC
+    });
+    let when = m
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| utc(d.as_secs()))
+        .unwrap_or_else(|| "an unknown date".into());
+    if fernfs {
+        return Ok(Some(format!(
+            "contains a fernfs file system (last written {when})"
+        )));
+    }
+    Ok(Some(match blockdev::probe_signature(path)? {
+        Some(what) => format!("holds a file system or partition table ({what})"),
+        None => format!("holds {} bytes of data that is not a fernfs image", m.len()),
+    }))
+}
+
+/// `secs` since the epoch as `YYYY-MM-DD HH:MM UTC` (civil date from a day count).
+fn utc(secs: u64) -> String {
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
 }
 
 fn finish(args: &MkfsArgs, store: TreeStore) -> Result<(), CmdError> {
@@ -156,9 +254,13 @@ fn finish(args: &MkfsArgs, store: TreeStore) -> Result<(), CmdError> {
         ..MkfsOptions::default()
     };
     Fs::mkfs(&store, mkfs)?;
+    let size = match store.env().space() {
+        s if s.fixed => format!("{} bytes", s.capacity),
+        _ => "growing as it is written".into(),
+    };
     store.close()?;
     eprintln!(
-        "fernfs: made a file system in {} (block size {}, {:?} compression)",
+        "fernfs: made a file system in {} ({size}, block size {}, {:?} compression)",
         t.display(),
         args.block_size,
         args.compression
