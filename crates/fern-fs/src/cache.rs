@@ -61,6 +61,11 @@ impl Inodes {
         self.shape_epoch.load(Ordering::Acquire)
     }
 
+    /// The shape of `id`, if known (without cloning the rest of its entry: every write asks).
+    pub(crate) fn shape(&self, id: InodeId) -> Option<crate::stored::Shape> {
+        self.map.lock().get(&id).and_then(|k| k.shape)
+    }
+
     /// Records a committed shape change of `id`.
     pub(crate) fn set_shape(&self, id: InodeId, shape: crate::stored::Shape) {
         let mut m = self.map.lock();

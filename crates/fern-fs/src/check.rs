@@ -18,7 +18,8 @@
 //! * F4 a directory's link count is 2 + its subdirectories.
 //! * F5 a symlink's size is its target's length.
 //! * F6 no stored data byte at or beyond the file size (D1), blocks no longer than the block
-//!   size, data only for regular files.
+//!   size, data only for regular files; a counted file's stored-block count is its number of
+//!   stored blocks (D2).
 //! * F7 orphan records name unreferenced inodes (a pending orphan — a file unlinked while
 //!   open before a crash — is normal and freed by the next mount); every inode record is
 //!   named, orphaned or the root; no data, xattrs or keys belonging to no inode.
@@ -1126,6 +1127,24 @@ fn analyze(s: &Scan) -> Report {
                         vec![f],
                     )
                 }),
+            );
+        }
+    }
+    // D2: a counted file's stored-block count (its st_blocks) equals its stored blocks.
+    let mut counted: Vec<u64> = home.keys().copied().collect();
+    counted.sort_unstable();
+    for id in counted {
+        let Some(n) = stat_of(id).and_then(Stat::stored_blocks) else {
+            continue;
+        };
+        let have = s.data.get(&id).map_or(0, |d| d.blocks);
+        if n != have {
+            c.push(
+                "F6",
+                ST_COUNTS,
+                format!("inode {id}: counts {n} stored blocks, has {have}"),
+                rewrite(id, &|st| st.set_stored_blocks(have))
+                    .map(|f| (format!("set the count to {have}"), vec![f])),
             );
         }
     }

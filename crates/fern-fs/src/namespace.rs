@@ -152,7 +152,7 @@ impl Fs {
         self.require_dir(parent)?;
         let kind = FileType::from_mode(mode).ok_or(FsError::Invalid)?;
         let _g = self.locks.lock(&[parent]);
-        let (ploc, _) = self.loc(parent)?;
+        let ploc = self.live_dir(parent)?;
         // A complete name set answers "does it exist" without reading the entry.
         let known_absent = self.names.contains(parent, name) == Some(false);
         let from = self.dir_inherit(parent)?;
@@ -270,7 +270,7 @@ impl Fs {
         if known.orphan {
             return Err(FsError::NotFound);
         }
-        let (nploc, _) = self.loc(newparent)?;
+        let nploc = self.live_dir(newparent)?;
         let newkey = schema::named_key(newparent, newname);
         let now = Timespec::now();
         let inode = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
@@ -485,6 +485,16 @@ impl Fs {
                 inode,
             )),
             Dentry::Linked { id, .. } => Ok((Loc::Inode, self.read_record(r, id)?)),
+        }
+    }
+
+    /// Where directory `dir` (already checked to be one) keeps its stat, unless it has been
+    /// removed while open: nothing may be created in a removed directory (ENOENT, as the
+    /// kernel's `IS_DEADDIR` check answers). The caller holds `dir`'s lock.
+    pub(crate) fn live_dir(&self, dir: InodeId) -> FsResult<Loc> {
+        match self.inodes.get(dir) {
+            Some(k) if k.orphan => Err(FsError::NotFound),
+            _ => Ok(self.loc(dir)?.0),
         }
     }
 

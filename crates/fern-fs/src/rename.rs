@@ -101,7 +101,7 @@ impl Fs {
             lockset.extend(dst.as_ref().map(Dentry::id));
             let guard = self.locks.lock(&lockset);
             let (ploc, _) = self.loc(parent)?;
-            let (nploc, _) = self.loc(newparent)?;
+            let nploc = self.live_dir(newparent)?;
             let src_dir = cur_src.kind()? == FileType::Directory;
             let dst_dir = match &cur_dst {
                 Some(d) => d.kind()? == FileType::Directory,

@@ -60,7 +60,7 @@ impl Fs {
     /// The shape of regular file `ino` at `loc`; the caller holds `ino`'s lock. Known from a
     /// lookup, a create or an earlier change; otherwise loaded from the stat (one read).
     pub(crate) fn shape(&self, ino: InodeId, loc: &Loc) -> FsResult<Shape> {
-        if let Some(Some(s)) = self.inodes.get(ino).map(|k| k.shape) {
+        if let Some(s) = self.inodes.shape(ino) {
             return Ok(s);
         }
         let stat = self.read_inode_at(&*self.kv, ino, loc)?.stat;

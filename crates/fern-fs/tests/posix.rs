@@ -1475,6 +1475,13 @@ fn an_open_directory_outlives_rmdir_and_rename_over() {
             "replace={replace}"
         );
         assert!(e.fs.readdir(fh, 0, 100, false).expect("readdir").is_empty());
+        // Nothing can be created in it (its keys would outlive it).
+        let root = fern_fs::Cred::root();
+        assert_eq!(err(e.fs.mkdir(&root, d.ino, b"x", 0o755)), libc::ENOENT);
+        assert_eq!(
+            err(e.fs.mknod(&root, d.ino, b"y", 0o100644, 0)),
+            libc::ENOENT
+        );
         assert_eq!(e.keys_in("fs.orphan"), orphans + 1);
         e.fs.releasedir(fh).expect("releasedir");
         assert_eq!(e.keys_in("fs.orphan"), orphans, "freed at the last close");
