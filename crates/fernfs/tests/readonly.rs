@@ -155,15 +155,21 @@ fn garbage_header_slot_is_reported_not_written() {
     assert_eq!(r.status.code(), Some(0), "{}", text(&r));
 }
 
-#[test]
-fn every_damaged_node_is_reported_not_written() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let img = unpack("fs-v1-clean", t.path());
+/// The clean fixture unpacked, and its node blocks, smallest first (the log region left out).
+fn clean_with_nodes(dir: &Path) -> (PathBuf, Vec<fern_tree::blockfile::BlockLoc>) {
+    let img = unpack("fs-v1-clean", dir);
     let bytes = std::fs::read(&img).expect("read");
     let bf = BlockFile::open(Arc::new(MemDevice::from_bytes(bytes))).expect("block file");
     let mut blocks: Vec<_> = bf.file.live_blocks().map(|(_, l)| l).collect();
     blocks.sort_by_key(|l| l.len);
     blocks.pop(); // the log region
+    (img, blocks)
+}
+
+#[test]
+fn every_damaged_node_is_reported_not_written() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (img, blocks) = clean_with_nodes(t.path());
     assert!(blocks.len() >= 2, "{blocks:?}");
     // Each tree of this small file system is one node: damage two of them, mid-block.
     for l in &blocks[blocks.len() - 2..] {
@@ -175,7 +181,25 @@ fn every_damaged_node_is_reported_not_written() {
         out.contains(" 2 damaged"),
         "both damaged nodes are reported:\n{out}"
     );
-    assert_eq!(out.matches("checksum mismatch").count(), 2, "{out}");
+    assert_eq!(out.matches("  engine tree ").count(), 2, "{out}");
+}
+
+/// With the directory entries intact, fsck names the files a damaged node holds.
+#[test]
+fn damaged_data_node_names_its_files() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (img, blocks) = clean_with_nodes(t.path());
+    // The largest node is the data tree's (20,000 bytes of sub/b).
+    let l = blocks.last().expect("a node");
+    flip(&img, l.offset + u64::from(l.len) / 2, 0x04);
+    let (code, out) = read_commands_leave_it_alone(&img, t.path());
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("engine tree \"fs.data\""), "{out}");
+    assert!(
+        out.contains("affects data or attributes of /sub/b"),
+        "{out}"
+    );
+    assert!(out.contains("affects data or attributes of /a"), "{out}");
 }
 
 /// The clean fixture opened by this build, six files written and fsynced one by one, then the
