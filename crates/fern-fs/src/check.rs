@@ -1191,3 +1191,64 @@ fn analyze(s: &Scan) -> Report {
     report.findings = c.out;
     report
 }
+
+/// Paths of the directory entries naming an inode in `lo..=hi` (at most `limit` of them, by
+/// entry order), built from the entry tree alone: fsck uses it to say which files and
+/// directories a damaged engine node affects, while that node's own tree cannot be read (as
+/// e2fsck names the files of a bad block). Fails if the entry tree cannot be read either.
+pub fn paths_of(
+    kv: &dyn KvStore,
+    lo: u64,
+    hi: u64,
+    limit: usize,
+) -> FsResult<Vec<(InodeId, Vec<u8>)>> {
+    let t = Trees::open(kv)?;
+    // child -> (parent, name), and the entries that hit the range.
+    let mut up: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
+    let mut hits = Vec::new();
+    scan_tree(kv, t.dentry, |k, v| {
+        let (Some(parent), Ok(d)) = (prefix_id(&k), Dentry::decode(&v)) else {
+            return;
+        };
+        let child = d.id().0;
+        let name = k[8..].to_vec();
+        if (lo..=hi).contains(&child) && hits.len() < limit {
+            hits.push((child, parent, name.clone()));
+        }
+        up.entry(child).or_insert((parent, name));
+    })?;
+    let path = |mut id: u64, leaf: Vec<u8>| {
+        let mut parts = vec![leaf];
+        // Bounded: a damaged image may hold a cycle.
+        for _ in 0..4096 {
+            if id == InodeId::ROOT.0 {
+                break;
+            }
+            match up.get(&id) {
+                Some((p, name)) => {
+                    parts.push(name.clone());
+                    id = *p;
+                }
+                None => {
+                    parts.push(format!("?{id}").into_bytes());
+                    break;
+                }
+            }
+        }
+        parts.reverse();
+        let mut out = Vec::new();
+        for p in parts {
+            out.push(b'/');
+            out.extend_from_slice(&p);
+        }
+        out
+    };
+    let mut out: Vec<(InodeId, Vec<u8>)> = hits
+        .into_iter()
+        .map(|(child, parent, name)| (InodeId(child), path(parent, name)))
+        .collect();
+    if (lo..=hi).contains(&InodeId::ROOT.0) && out.len() < limit {
+        out.insert(0, (InodeId::ROOT, b"/".to_vec()));
+    }
+    Ok(out)
+}

@@ -3,7 +3,9 @@
 //! Owns which nodes are in memory and how much memory they use (every loaded partition counts,
 //! buffers included — invariant C1). Eviction picks the least recently used nodes that nobody is
 //! using; a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
-//! a change (invariant C2). Never: decides tree structure, or frees blocks.
+//! a change (invariant C2). In a read-only open (W11) dirty nodes cannot be written, so they are
+//! never evicted: the bound then holds for clean nodes only. Never: decides tree structure, or
+//! frees blocks.
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -1,6 +1,6 @@
 //! The environment: named trees sharing one block file, one node cache, one MSN sequence and
 //! one write-ahead log; atomic, logged write batches across trees; group commit; checkpoints;
-//! recovery on open; close.
+//! recovery on open (read-write, read-only: W11, or cutting a damaged log: W4); close.
 //!
 //! Owns the catalog (tree names → root node ids, next MSN, compression, log region, log epoch),
 //! which is stored as the block file's meta blob in every checkpoint, the rule that a failed

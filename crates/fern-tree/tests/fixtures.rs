@@ -118,36 +118,62 @@ fn fixture(name: &str) -> Vec<u8> {
     zstd::decode_all(packed.as_slice()).expect("fixture decompresses")
 }
 
-fn open(name: &str) -> Result<Env, Error> {
-    Env::open_on(Arc::new(MemDevice::from_bytes(fixture(name))), options())
+/// The fixture sets, oldest first: `v1` = engine format 1 (header 1, catalog 2, log without
+/// sync marks), `v2` = format 2 (header 1, catalog 3, sync marks). Every test runs on each.
+const SETS: [&str; 2] = ["v1", "v2"];
+
+fn open(set: &str, name: &str) -> Result<Env, Error> {
+    Env::open_on(
+        Arc::new(MemDevice::from_bytes(fixture(&format!("{set}-{name}")))),
+        options(),
+    )
 }
 
-/// Format 1 (header v1, catalog v2, log frames without sync marks), closed cleanly.
+/// Closed cleanly.
 #[test]
-fn v1_clean_opens_with_its_content() {
-    let env = open("v1-clean").expect("open");
-    assert_eq!(contents(&env).expect("read"), model(false));
+fn clean_opens_with_its_content() {
+    for set in SETS {
+        let env = open(set, "clean").expect("open");
+        assert_eq!(contents(&env).expect("read"), model(false), "{set}");
+    }
 }
 
-/// Format 1 after a process death: the second part of the workload is only in the log.
+/// After a process death: the second part of the workload is only in the log.
 #[test]
-fn v1_unreplayed_log_is_replayed() {
-    let env = open("v1-unreplayed").expect("open");
-    assert_eq!(contents(&env).expect("read"), model(true));
+fn unreplayed_log_is_replayed() {
+    for set in SETS {
+        let env = open(set, "unreplayed").expect("open");
+        assert_eq!(contents(&env).expect("read"), model(true), "{set}");
+    }
 }
 
-/// Format 1 with header slot 1 overwritten by garbage: slot 0 alone names the whole state.
+/// Header slot 1 (B) overwritten by garbage: slot 0 alone names the whole state, and the open
+/// says so (B6).
 #[test]
-fn v1_one_header_slot_garbage_opens_from_the_other() {
-    let env = open("v1-slot1-garbage").expect("open");
-    assert_eq!(contents(&env).expect("read"), model(false));
+fn one_header_slot_garbage_opens_from_the_other() {
+    for set in SETS {
+        let env = open(set, "slot1-garbage").expect("open");
+        assert_eq!(contents(&env).expect("read"), model(false), "{set}");
+        let notes = env.recovery().header_notes;
+        assert_eq!(notes.len(), 1, "{set}: {notes:?}");
+        assert!(
+            notes[0].starts_with("header slot B unreadable") && notes[0].ends_with("using A"),
+            "{set}: {notes:?}"
+        );
+    }
 }
 
-/// Format 1 with one bit flipped inside a node block of tree "alpha": the open succeeds, the
-/// read of that node fails with a checksum error naming it.
+/// One bit flipped inside a node block of tree "alpha": the open succeeds, the read of that
+/// node fails with a checksum error naming it.
 #[test]
-fn v1_damaged_node_is_a_checksum_error() {
-    let env = open("v1-damaged-node").expect("open");
+fn damaged_node_is_a_checksum_error() {
+    for set in SETS {
+        damaged_node(set);
+    }
+}
+
+fn damaged_node(set: &str) {
+    let env = open(set, "damaged-node").expect("open");
     let err = env
         .tree("alpha")
         .and_then(|t| t.verify())
@@ -166,16 +192,18 @@ fn v1_damaged_node_is_a_checksum_error() {
     );
 }
 
-/// Format 1 with one bit flipped in the payload of the first batch of the unreplayed log;
-/// later records prove it was durable, so the open refuses, naming it (W4).
+/// One bit flipped in the payload of the first batch of the unreplayed log; later records
+/// prove it was durable, so the open refuses, naming it (W4).
 #[test]
-fn v1_damaged_log_record_is_refused() {
-    match open("v1-damaged-log") {
-        Err(Error::Checksum { what, .. }) => {
-            assert!(what.contains("log record at LSN "), "{what}")
+fn damaged_log_record_is_refused() {
+    for set in SETS {
+        match open(set, "damaged-log") {
+            Err(Error::Checksum { what, .. }) => {
+                assert!(what.contains("log record at LSN "), "{set}: {what}")
+            }
+            Err(other) => panic!("{set}: expected a checksum error, got {other}"),
+            Ok(_) => panic!("{set}: a damaged durable log record was accepted"),
         }
-        Err(other) => panic!("expected a checksum error, got {other}"),
-        Ok(_) => panic!("a damaged durable log record was accepted"),
     }
 }
 
@@ -203,6 +231,9 @@ fn generate_fixtures() {
     let Ok(out) = std::env::var("FERN_WRITE_FIXTURES") else {
         panic!("set FERN_WRITE_FIXTURES=DIR");
     };
+    // The set's name: the current format's (see SETS).
+    let set = std::env::var("FERN_FIXTURE_SET").unwrap_or_else(|_| "v2".into());
+    let write = |out: &Path, name: &str, image: &[u8]| write(out, &format!("{set}-{name}"), image);
     let out = PathBuf::from(out);
     std::fs::create_dir_all(&out).expect("mkdir");
     // Clean: the first part, closed.
@@ -211,7 +242,7 @@ fn generate_fixtures() {
     workload(&env, &mut Model::new(), true);
     env.close().expect("close");
     let clean = mem.snapshot();
-    write(&out, "v1-clean", &clean);
+    write(&out, "clean", &clean);
 
     // Unreplayed: reopen the clean image, write the second part, then lose the process
     // (forget the handles: no close, no checkpoint; every written byte stays).
@@ -221,14 +252,14 @@ fn generate_fixtures() {
     workload(&env, &mut Model::new(), false);
     let unreplayed = mem.snapshot();
     std::mem::forget(env);
-    write(&out, "v1-unreplayed", &unreplayed);
+    write(&out, "unreplayed", &unreplayed);
 
     // Header slot 1 garbage.
     let mut img = clean.clone();
     for (i, b) in img[4096 + 8..4096 + 72].iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(37) ^ 0x5a;
     }
-    write(&out, "v1-slot1-garbage", &img);
+    write(&out, "slot1-garbage", &img);
 
     // A damaged node: one bit in the middle of the largest node block of the checkpoint that
     // is not the log region (a node of "alpha", the larger tree).
@@ -242,12 +273,12 @@ fn generate_fixtures() {
         .expect("a node");
     let mut img = clean.clone();
     img[(node.offset + u64::from(node.len) / 2) as usize] ^= 0x10;
-    write(&out, "v1-damaged-node", &img);
+    write(&out, "damaged-node", &img);
 
     // A damaged log record: one bit in the payload of the first record after the reopen's
     // checkpoint (LSN `start`), which the later Sync records prove durable.
     let mut img = unreplayed.clone();
     let at = log.offset + (start + 36 + 10) % u64::from(log.len);
     img[at as usize] ^= 0x01;
-    write(&out, "v1-damaged-log", &img);
+    write(&out, "damaged-log", &img);
 }

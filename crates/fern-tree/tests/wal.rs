@@ -371,3 +371,35 @@ fn concurrent_writers_and_checkpoints() {
     let env = Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()).expect("open");
     assert_eq!(all_rows(&env), expected(200));
 }
+
+/// W10: a sync that made records durable leaves exactly one mark pending; the periodic flusher
+/// syncs it (once: a sync covering only a mark appends no mark, so it does not loop), and
+/// `Env::sync` right after a `Sync` commit needs no device sync (fsync of a file, then of its
+/// directory, costs one).
+#[test]
+fn sync_marks_cost_one_flush_and_do_not_loop() {
+    let mem = Arc::new(MemDevice::new());
+    let env = Env::create_on(mem.clone(), options()).expect("create");
+    let t = env.tree("t").expect("tree");
+    let mut b = WriteBatch::new();
+    b.insert(&t, b"a", b"1");
+    env.write_with(b, Durability::Sync).expect("commit");
+    let s = env.stats();
+    assert!(
+        s.log_durable < s.log_end,
+        "the mark is written, not yet durable"
+    );
+    let syncs = s.log_syncs;
+    env.sync().expect("sync");
+    assert_eq!(
+        env.stats().log_syncs,
+        syncs,
+        "no record pending: no device sync"
+    );
+    env.periodic_flush().expect("flush");
+    let s = env.stats();
+    assert_eq!(s.log_syncs, syncs + 1, "the flusher syncs the pending mark");
+    assert_eq!(s.log_durable, s.log_end, "and appends no new one");
+    env.periodic_flush().expect("flush");
+    assert_eq!(env.stats().log_syncs, syncs + 1, "nothing pending: no sync");
+}

@@ -5,6 +5,9 @@
 //! Needs /dev/fuse and root (or fusermount3); otherwise SKIPPED, a failure under
 //! `FERN_REQUIRE_FUSE=1` (fern-testkit). Every mount is unmounted by a guard, lazily if need
 //! be, so a failing test leaves nothing behind.
+//!
+//! Also a damaged write-ahead log after `kill -9` (issue 11): fsck and mount refuse it naming
+//! the record, `fsck --repair` cuts there and the image is clean again.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -30,6 +33,23 @@ fn ok(args: &[&std::ffi::OsStr]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Kills the daemon serving `img` with SIGKILL and detaches its dead mount at `mnt`.
+fn kill_daemon(img: &Path, mnt: &Path) {
+    let pid = daemon_pid(img).expect("daemon pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        wait_gone(pid, Duration::from_secs(10)),
+        "daemon did not die"
+    );
+    // The dead mount must be detached before the image can be mounted again.
+    let _ = run(&["umount".as_ref(), "--lazy".as_ref(), mnt.as_os_str()]);
+    let _ = nix::mount::umount2(mnt, nix::mount::MntFlags::MNT_DETACH);
 }
 
 /// Unmounts on drop, lazily, whatever state the daemon is in.
@@ -158,19 +178,7 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
         synced.push((p, format!("data {n}")));
     }
     fs::write(mnt.join("maybe"), b"not synced").unwrap();
-    let pid = daemon_pid(&img).expect("daemon pid");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    assert!(
-        wait_gone(pid, Duration::from_secs(10)),
-        "daemon did not die"
-    );
-    // The dead mount must be detached before the image can be mounted again.
-    let _ = run(&["umount".as_ref(), "--lazy".as_ref(), m]);
-    let _ = nix::mount::umount2(&mnt, nix::mount::MntFlags::MNT_DETACH);
+    kill_daemon(&img, &mnt);
     let fsck = ok(&["fsck".as_ref(), i]);
     assert!(
         String::from_utf8_lossy(&fsck.stdout).contains("0 problems"),
@@ -605,4 +613,106 @@ fn demo_names_the_host_type_and_prints_the_ratio() {
     );
     assert!(text.contains("fernfs / host = "), "{text}");
     assert!(text.contains('×'), "{text}");
+}
+
+/// Issue 11, defect 1, as a user meets it: 200 files written without fsync, `last` written and
+/// fsynced with its directory, the daemon killed, then one bit flipped in the payload of a log
+/// frame about a quarter into the log. The records after it prove it was durable (W4, W10), so
+/// fsck (exit 4) and mount refuse, naming the record; `fsck --repair` cuts the log there,
+/// keeping everything before it, says what it dropped, and the image is clean afterwards.
+#[test]
+fn damaged_log_after_kill_9_is_refused_then_repaired() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (i, m) = (img.as_os_str(), mnt.as_os_str());
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mkfs".as_ref(), i]);
+    ok(&["mount".as_ref(), i, m]);
+    for n in 0..200 {
+        fs::write(mnt.join(format!("f{n:03}")), format!("file {n}\n")).unwrap();
+    }
+    let mut last = fs::File::create(mnt.join("last")).unwrap();
+    std::io::Write::write_all(&mut last, b"the last file, fsynced\n").unwrap();
+    last.sync_all().unwrap();
+    fs::File::open(&mnt).unwrap().sync_all().unwrap();
+    drop(last);
+    kill_daemon(&img, &mnt);
+
+    // The frames of the log: the region is the image's largest extent.
+    let bytes = fs::read(&img).unwrap();
+    let opened = fern_tree::blockfile::BlockFile::open(std::sync::Arc::new(
+        fern_tree::device::MemDevice::from_bytes(bytes.clone()),
+    ))
+    .unwrap();
+    let log = opened
+        .file
+        .live_blocks()
+        .map(|(_, l)| l)
+        .max_by_key(|l| l.len)
+        .unwrap();
+    let (lo, hi) = (
+        log.offset as usize,
+        (log.offset + u64::from(log.len)) as usize,
+    );
+    // Record frames (tag 1: write batches), found by the magic.
+    let frames: Vec<usize> = bytes[lo..hi]
+        .windows(4)
+        .enumerate()
+        .filter(|&(at, w)| w == b"FWAL" && bytes.get(lo + at + 36) == Some(&1))
+        .map(|(at, _)| lo + at)
+        .collect();
+    assert!(frames.len() > 20, "{} record frames", frames.len());
+    let victim = frames[frames.len() / 4];
+    let lsn = victim - lo; // the log has not wrapped: LSN = offset in the region
+    let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(
+        &f,
+        &[bytes[victim + 36 + 9] ^ 0x20],
+        (victim + 36 + 9) as u64,
+    )
+    .unwrap();
+    drop(f);
+    drop(bytes);
+
+    let fsck = run(&["fsck".as_ref(), i]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(
+        matches!(fsck.status.code(), Some(4) | Some(8)),
+        "fsck of a damaged log: {:?}\n{said}",
+        fsck.status
+    );
+    assert!(
+        said.contains(&format!("log record at LSN {lsn} ")),
+        "{said}"
+    );
+    let mount = run(&["mount".as_ref(), i, m]);
+    let said = String::from_utf8_lossy(&mount.stderr);
+    assert!(!mount.status.success(), "mount of a damaged log must fail");
+    assert!(
+        said.contains(&format!("log record at LSN {lsn} ")),
+        "{said}"
+    );
+    assert!(said.contains("--repair"), "{said}");
+
+    let repair = run(&["fsck".as_ref(), i, "--repair".as_ref()]);
+    let said = String::from_utf8_lossy(&repair.stdout);
+    assert_eq!(repair.status.code(), Some(1), "{said}");
+    assert!(said.contains(&format!("damaged at LSN {lsn} ")), "{said}");
+    assert!(said.contains("later records"), "{said}");
+    let fsck = ok(&["fsck".as_ref(), i]);
+    assert!(String::from_utf8_lossy(&fsck.stdout).contains(" 0 problems"));
+    // Everything before the damaged record is kept: the first files.
+    ok(&["mount".as_ref(), i, m]);
+    assert_eq!(fs::read_to_string(mnt.join("f000")).unwrap(), "file 0\n");
+    ok(&["umount".as_ref(), m]);
+    ok(&["fsck".as_ref(), i]);
 }

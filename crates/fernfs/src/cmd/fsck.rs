@@ -50,21 +50,67 @@ pub fn run(args: FsckArgs) -> Result<ExitCode, CmdError> {
     }
 }
 
-/// Describes a key range of a file-system tree by the inodes it covers (every fs key starts
-/// with a big-endian inode id).
-fn inode_range(lo: &Option<Vec<u8>>, hi: &Option<Vec<u8>>) -> String {
+/// Most affected paths listed per damaged node.
+const PATHS_PER_NODE: usize = 20;
+
+/// The inodes a key range `[lo, hi)` of a file-system tree may hold (every fs key but the
+/// meta tree's starts with a big-endian inode id), inclusive.
+fn inode_bounds(lo: &Option<Vec<u8>>, hi: &Option<Vec<u8>>) -> (u64, u64) {
     let ino = |k: &Option<Vec<u8>>| {
         k.as_ref().and_then(|k| {
             let b: [u8; 8] = k.get(..8)?.try_into().ok()?;
             Some(u64::from_be_bytes(b))
         })
     };
-    match (ino(lo), ino(hi)) {
-        (None, None) => "all inodes".to_string(),
-        (Some(a), None) => format!("inodes {a} and above"),
-        (None, Some(b)) => format!("inodes up to {b}"),
-        (Some(a), Some(b)) if a == b => format!("inode {a}"),
-        (Some(a), Some(b)) => format!("inodes {a} to {b}"),
+    (ino(lo).unwrap_or(0), ino(hi).unwrap_or(u64::MAX))
+}
+
+/// Describes the inode range for a report line.
+fn inode_range((a, b): (u64, u64)) -> String {
+    match (a, b) {
+        (0, u64::MAX) => "all inodes".to_string(),
+        (a, u64::MAX) => format!("inodes {a} and above"),
+        (0, b) => format!("inodes up to {b}"),
+        (a, b) if a == b => format!("inode {a}"),
+        (a, b) => format!("inodes {a} to {b}"),
+    }
+}
+
+/// The report lines naming the files and directories a damaged node of engine tree `tree`
+/// affects, where the directory entries can tell.
+fn affected(kv: &dyn fern_kv::KvStore, tree: &str, bounds: (u64, u64)) -> Vec<String> {
+    if tree.ends_with("meta") {
+        return vec!["    affects the superblock or the id allocator".into()];
+    }
+    // A node of the entry tree holds the listings of the directories in its range.
+    let what = if tree.ends_with("dentry") {
+        "entries of directory"
+    } else {
+        "data or attributes of"
+    };
+    match check::paths_of(kv, bounds.0, bounds.1, PATHS_PER_NODE) {
+        Ok(paths) if paths.is_empty() => {
+            vec!["    no named file or directory in that range".into()]
+        }
+        Ok(paths) => {
+            let mut lines: Vec<String> = paths
+                .iter()
+                .map(|(ino, p)| {
+                    format!(
+                        "    affects {what} {} (inode {})",
+                        String::from_utf8_lossy(p),
+                        ino.0
+                    )
+                })
+                .collect();
+            if paths.len() == PATHS_PER_NODE {
+                lines.push(format!("    ... (first {PATHS_PER_NODE} listed)"));
+            }
+            lines
+        }
+        Err(e) => vec![format!(
+            "    which files: unknown, the directory entries are unreadable too ({e})"
+        )],
     }
 }
 
@@ -105,18 +151,21 @@ fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
     // Engine structure first: the file-system check reads through these trees.
     let env = image.store.env();
     let mut engine_errors = Vec::new();
+    let mut damaged_ranges = Vec::new();
     let mut nodes = 0u64;
     for tree in env.tree_names() {
         match env.tree(&tree).and_then(|t| t.verify_all()) {
             Ok((r, damaged)) => {
                 nodes += r.leaves + r.internal;
                 for d in damaged {
+                    let bounds = inode_bounds(&d.lo, &d.hi);
                     engine_errors.push(format!(
                         "engine tree {tree:?}, node {} ({}): {}",
                         d.node,
-                        inode_range(&d.lo, &d.hi),
+                        inode_range(bounds),
                         d.error
                     ));
+                    damaged_ranges.push((engine_errors.len() - 1, tree.clone(), bounds));
                 }
             }
             Err(e) => engine_errors.push(format!("engine tree {tree:?}: {e}")),
@@ -127,8 +176,14 @@ fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
         env.tree_names().len(),
         engine_errors.len()
     );
-    for e in &engine_errors {
+    let kv = image.kv();
+    for (i, e) in engine_errors.iter().enumerate() {
         println!("  {e}");
+        for (_, tree, bounds) in damaged_ranges.iter().filter(|(j, ..)| *j == i) {
+            for line in affected(&*kv, tree, *bounds) {
+                println!("{line}");
+            }
+        }
     }
     if !engine_errors.is_empty() {
         println!(
@@ -139,10 +194,10 @@ fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
                 ""
             }
         );
+        drop(kv);
         image.close()?;
         return Ok(UNCORRECTED);
     }
-    let kv = image.kv();
     let fs_code = if args.repair {
         let r = check::repair(&*kv).map_err(|e| CmdError::new(format!("{name}: {e}")))?;
         for f in &r.fixed {
