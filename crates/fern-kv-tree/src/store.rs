@@ -206,16 +206,7 @@ impl TreeStore {
     /// The same store enforcing `limits` where they are stricter than the engine's (e.g.
     /// etcd's 128 ops per batch, to test a caller's step splitting on a real engine).
     pub fn with_limits(mut self, limits: Limits) -> Self {
-        let tighter = |ours: Option<usize>, theirs: Option<usize>| match (ours, theirs) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.limits = Limits {
-            max_ops: tighter(self.limits.max_ops, limits.max_ops),
-            max_bytes: tighter(self.limits.max_bytes, limits.max_bytes),
-            max_key_len: self.limits.max_key_len.min(limits.max_key_len),
-            max_value_len: self.limits.max_value_len.min(limits.max_value_len),
-        };
+        self.limits = self.limits.tightened(limits);
         self
     }
 

@@ -19,9 +19,9 @@ mod types;
 
 pub use batch::{Op, WriteBatch};
 pub use error::{KvError, KvResult};
-pub use retry::{transact, RetryPolicy, Retryable};
+pub use retry::{transact, Backoff, RetryPolicy, Retryable};
 pub use store::{KvRead, KvStore, KvTxn};
 pub use types::{
-    Direction, KeyRange, Limits, MergeFn, TreeId, UpdateFn, UpdateFnId, UpdateRegistry,
-    WriteOptions,
+    prefix_successor, Direction, KeyRange, Limits, MergeFn, TreeId, UpdateFn, UpdateFnId,
+    UpdateRegistry, WriteOptions,
 };
