@@ -1,0 +1,451 @@
+//! [`EtcdStore`]: the fern-kv [`KvStore`] over one file system's prefix of one etcd cluster.
+//!
+//! It owns the etcd client and the tokio runtime that drives it (the trait is synchronous; every
+//! call is `block_on` under the store's deadline), the reads (point, and paged scans pinned to
+//! one revision), and the application of a batch as one Txn with bounded retries of upsert
+//! races. It must never send a Txn that [`crate::plan`] did not check against etcd's limits,
+//! and never retry without bound.
+//!
+//! Durability: an etcd Txn is durable (raft majority, fsynced) when it returns, so every write
+//! is synchronous and [`KvStore::sync`] has nothing left to do.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse,
+};
+use fern_kv::occ::covered;
+use fern_kv::{
+    Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, RetryPolicy,
+    TreeId, UpdateRegistry, WriteBatch, WriteOptions,
+};
+
+use crate::config::EtcdConfig;
+use crate::error::{classify, timed_out, Failure};
+use crate::keys::{EtcdRange, Keyspace};
+use crate::plan::{self, EtcdOp, Guard, Stored};
+use crate::txn::EtcdTxn;
+
+/// What one batch may hold on etcd (docs/distributed.md §3): etcd's 128 ops, and 1 MiB of the
+/// 1.5 MiB request so that key prefixes, compares and framing fit beside the batch's bytes.
+pub const ETCD_LIMITS: Limits = Limits {
+    max_ops: Some(MAX_TXN_OPS),
+    max_bytes: Some(1 << 20),
+    max_key_len: 4096,
+    max_value_len: 1 << 20,
+};
+
+/// etcd's `--max-txn-ops` default: most ops in each list (compare, success) of one Txn.
+pub const MAX_TXN_OPS: usize = 128;
+/// etcd's `--max-request-bytes` default.
+pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
+/// Pairs per scan page: bounds one response (512 × a 4 KiB block ≈ 2 MiB).
+const PAGE: usize = 512;
+/// Largest response the client accepts (a page of the largest values).
+const MAX_RESPONSE_BYTES: usize = 1 << 30;
+/// Retries of upsert races (docs/distributed.md §5).
+const UPSERT_RETRY: RetryPolicy = RetryPolicy {
+    max_attempts: 64,
+    base_backoff: Duration::from_micros(100),
+    max_backoff: Duration::from_millis(20),
+};
+/// Restarts of a plain scan whose pinned revision was compacted under it.
+const SCAN_RESTARTS: u32 = 5;
+
+/// A point read: value, `mod_revision` (0 if absent) and the revision it was read at.
+pub(crate) struct Point {
+    pub value: Option<Vec<u8>>,
+    pub mod_revision: i64,
+    pub revision: i64,
+}
+
+/// A scan's pairs (tree keys), their `mod_revision`s and the revision they were read at.
+pub(crate) struct Scanned {
+    pub pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub mod_revisions: Vec<i64>,
+    pub revision: Option<i64>,
+}
+
+/// A [`KvStore`] on etcd v3.
+pub struct EtcdStore {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    ks: Keyspace,
+    registry: UpdateRegistry,
+    limits: Limits,
+    timeout: Duration,
+    /// For error messages.
+    endpoints: String,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.endpoints)
+            .field("keys", &self.ks)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the cluster of `cfg` and checks it answers (one read, under the deadline),
+    /// so a wrong or dead endpoint fails here with [`KvError::Unavailable`].
+    pub fn connect(cfg: &EtcdConfig, registry: UpdateRegistry) -> KvResult<Self> {
+        if cfg.prefix.contains(&0) {
+            return Err(KvError::Unavailable(
+                "etcd prefix must not contain NUL".into(),
+            ));
+        }
+        let endpoints = cfg.endpoints.join(",");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("fern-etcd")
+            .enable_all()
+            .build()
+            .map_err(KvError::Io)?;
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(cfg.timeout)
+            .with_timeout(cfg.timeout)
+            .with_keep_alive(Duration::from_secs(5), cfg.timeout);
+        let client = rt
+            .block_on(async {
+                tokio::time::timeout(cfg.timeout, Client::connect(&cfg.endpoints, Some(opts))).await
+            })
+            .map_err(|_| timed_out(&endpoints, cfg.timeout))
+            .and_then(|r| r.map_err(|e| classify(e, &endpoints)))
+            .map_err(KvError::from)?;
+        let store = Self {
+            rt,
+            client,
+            ks: Keyspace::new(&cfg.prefix),
+            registry,
+            limits: ETCD_LIMITS,
+            timeout: cfg.timeout,
+            endpoints,
+        };
+        let probe = store.ks.all();
+        store.call(|mut kv| async move {
+            kv.get(
+                probe.lo,
+                Some(GetOptions::new().with_range(probe.hi).with_count_only()),
+            )
+            .await
+        })?;
+        Ok(store)
+    }
+
+    /// The same store enforcing `limits` where they are stricter than etcd's.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = self.limits.tightened(limits);
+        self
+    }
+
+    /// Removes every key of this file system (one etcd range delete).
+    pub fn destroy(&self) -> KvResult<()> {
+        let all = self.ks.all();
+        self.call(|mut kv| async move {
+            kv.delete(
+                all.lo,
+                Some(etcd_client::DeleteOptions::new().with_range(all.hi)),
+            )
+            .await
+        })?;
+        Ok(())
+    }
+
+    pub(crate) fn keyspace(&self) -> &Keyspace {
+        &self.ks
+    }
+
+    /// Runs one etcd call under the deadline.
+    fn call<T, F, Fut>(&self, f: F) -> Result<T, Failure>
+    where
+        F: FnOnce(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let kv = self
+            .client
+            .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+            .max_encoding_message_size(MAX_RESPONSE_BYTES);
+        let fut = f(kv);
+        match self
+            .rt
+            .block_on(async { tokio::time::timeout(self.timeout, fut).await })
+        {
+            Err(_) => Err(timed_out(&self.endpoints, self.timeout)),
+            Ok(r) => r.map_err(|e| classify(e, &self.endpoints)),
+        }
+    }
+
+    /// Reads `key` of `tree` at `revision` (latest when `None`).
+    pub(crate) fn get_at(
+        &self,
+        tree: TreeId,
+        key: &[u8],
+        revision: Option<i64>,
+    ) -> Result<Point, Failure> {
+        let k = self.ks.key(tree, key).map_err(Failure::Kv)?;
+        let mut opts = GetOptions::new();
+        if let Some(rev) = revision {
+            opts = opts.with_revision(rev);
+        }
+        let resp = self.call(|mut kv| async move { kv.get(k, Some(opts)).await })?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Ok(match resp.kvs().first() {
+            Some(kv) => Point {
+                value: Some(kv.value().to_vec()),
+                mod_revision: kv.mod_revision(),
+                revision,
+            },
+            None => Point {
+                value: None,
+                mod_revision: 0,
+                revision,
+            },
+        })
+    }
+
+    /// Up to `limit` pairs of `range`, in pages, every page at the first page's revision (or
+    /// at `revision` when given).
+    pub(crate) fn scan_at(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+        revision: Option<i64>,
+    ) -> Result<Scanned, Failure> {
+        let tag_len = self.ks.tag(tree).map_err(Failure::Kv)?.len();
+        let mut out = Scanned {
+            pairs: Vec::new(),
+            mod_revisions: Vec::new(),
+            revision,
+        };
+        let r = self.ks.range(tree, range).map_err(Failure::Kv)?;
+        if limit == 0 || range.is_empty() || r.is_empty() {
+            return Ok(out);
+        }
+        let (mut lo, mut hi) = (r.lo, r.hi);
+        loop {
+            let want = (limit - out.pairs.len()).min(PAGE);
+            let mut opts = GetOptions::new()
+                .with_range(hi.clone())
+                .with_limit(want as i64);
+            if let Some(rev) = out.revision {
+                opts = opts.with_revision(rev);
+            }
+            if dir == Direction::Reverse {
+                opts = opts.with_sort(SortTarget::Key, SortOrder::Descend);
+            }
+            let from = lo.clone();
+            let resp = self.call(|mut kv| async move { kv.get(from, Some(opts)).await })?;
+            if out.revision.is_none() {
+                out.revision = resp.header().map(|h| h.revision());
+            }
+            let kvs = resp.kvs();
+            let mut last = None;
+            for kv in kvs {
+                let key = kv.key();
+                let Some(user_key) = key.get(tag_len..) else {
+                    return Err(Failure::Kv(KvError::Backend(
+                        format!("etcd returned key {key:?} outside the scanned tree").into(),
+                    )));
+                };
+                out.pairs.push((user_key.to_vec(), kv.value().to_vec()));
+                out.mod_revisions.push(kv.mod_revision());
+                last = Some(key.to_vec());
+            }
+            let Some(last) = last else { break };
+            if kvs.len() < want || !resp.more() || out.pairs.len() >= limit {
+                break;
+            }
+            match dir {
+                Direction::Forward => {
+                    lo = last;
+                    lo.push(0);
+                }
+                Direction::Reverse => hi = last,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stored values and revisions of `keys`, all at one revision (one read-only Txn).
+    fn read_keys(&self, keys: &[Vec<u8>]) -> KvResult<HashMap<Vec<u8>, Stored>> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let ops: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
+        let resp = self.call(|mut kv| async move { kv.txn(Txn::new().and_then(ops)).await })?;
+        let mut out = HashMap::new();
+        for (k, r) in keys.iter().zip(resp.op_responses()) {
+            let TxnOpResponse::Get(g) = r else {
+                return Err(KvError::Backend(
+                    "etcd answered a read with another op".into(),
+                ));
+            };
+            let stored = match g.kvs().first() {
+                Some(kv) => Stored {
+                    value: Some(kv.value().to_vec()),
+                    mod_revision: kv.mod_revision(),
+                },
+                None => Stored::default(),
+            };
+            out.insert(k.clone(), stored);
+        }
+        Ok(out)
+    }
+
+    /// True when every guard holds now (a read-only Txn of the compares alone).
+    fn guards_hold(&self, guards: &[Guard]) -> KvResult<bool> {
+        let compares: Vec<Compare> = guards.iter().map(compare).collect();
+        let resp = self.call(|mut kv| async move { kv.txn(Txn::new().when(compares)).await })?;
+        Ok(resp.succeeded())
+    }
+
+    /// Applies `batch` as one Txn guarded by `reads` (a transaction's read set; empty for a
+    /// plain write). Upsert races are retried here; a failed read guard is
+    /// [`KvError::Conflict`]. Nothing is sent for a batch that does not fit.
+    pub(crate) fn apply(&self, batch: &WriteBatch, reads: &[Guard]) -> KvResult<()> {
+        let needed = plan::needed_reads(batch, &self.ks, &self.registry, &self.limits)?;
+        if batch.is_empty() && reads.is_empty() {
+            return Ok(());
+        }
+        let mut backoff = Backoff::new(UPSERT_RETRY);
+        loop {
+            let stored = self.read_keys(&needed)?;
+            let plan = plan::plan(batch, &self.ks, &self.registry, &stored)?;
+            fits(&plan, reads)?;
+            let compares: Vec<Compare> = reads.iter().chain(&plan.guards).map(compare).collect();
+            let ops: Vec<TxnOp> = plan.ops.into_iter().map(txn_op).collect();
+            let resp = self.call(|mut kv| async move {
+                kv.txn(Txn::new().when(compares).and_then(ops)).await
+            })?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+            if !reads.is_empty() && !self.guards_hold(reads)? {
+                return Err(KvError::Conflict);
+            }
+            if !backoff.retry() {
+                return Err(KvError::RetriesExhausted {
+                    attempts: backoff.attempts(),
+                });
+            }
+        }
+    }
+}
+
+/// Refuses a planned Txn that etcd would refuse (docs/distributed.md §3, item 3).
+fn fits(plan: &plan::Plan, reads: &[Guard]) -> KvResult<()> {
+    if plan.ops.len() > MAX_TXN_OPS {
+        return Err(KvError::TooLarge {
+            what: "etcd operations per Txn (after upsert emulation and range splitting)",
+            actual: plan.ops.len(),
+            limit: MAX_TXN_OPS,
+        });
+    }
+    let compares = plan.guards.len() + reads.len();
+    if compares > MAX_TXN_OPS {
+        return Err(KvError::TooLarge {
+            what: "etcd compares per Txn (keys and ranges read, plus upserted keys)",
+            actual: compares,
+            limit: MAX_TXN_OPS,
+        });
+    }
+    let bytes = plan.wire_bytes(reads);
+    if bytes > MAX_REQUEST_BYTES {
+        return Err(KvError::TooLarge {
+            what: "bytes per etcd request (after upsert emulation)",
+            actual: bytes,
+            limit: MAX_REQUEST_BYTES,
+        });
+    }
+    Ok(())
+}
+
+fn compare(g: &Guard) -> Compare {
+    match g {
+        Guard::Key { key, mod_revision } => {
+            Compare::mod_revision(key.clone(), CompareOp::Equal, *mod_revision)
+        }
+        Guard::Range { range, below } => {
+            Compare::mod_revision(range.lo.clone(), CompareOp::Less, *below)
+                .with_range(range.hi.clone())
+        }
+    }
+}
+
+fn txn_op(op: EtcdOp) -> TxnOp {
+    match op {
+        EtcdOp::Put(k, v) => TxnOp::put(k, v, None),
+        EtcdOp::Delete(k) => TxnOp::delete(k, None),
+        EtcdOp::DeleteRange(EtcdRange { lo, hi }) => {
+            TxnOp::delete(lo, Some(etcd_client::DeleteOptions::new().with_range(hi)))
+        }
+    }
+}
+
+impl KvRead for EtcdStore {
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        Ok(self.get_at(tree, key, None).map_err(KvError::from)?.value)
+    }
+
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut restarts = 0;
+        loop {
+            match self.scan_at(tree, range, dir, limit, None) {
+                Ok(s) => return Ok(s.pairs),
+                // The revision pinned by page 1 was compacted before a later page: start over.
+                Err(Failure::Compacted) if restarts < SCAN_RESTARTS => restarts += 1,
+                Err(f) => return Err(f.into()),
+            }
+        }
+    }
+}
+
+impl KvStore for EtcdStore {
+    fn tree(&self, name: &str) -> KvResult<TreeId> {
+        self.ks.tree(name)
+    }
+
+    fn write(&self, batch: WriteBatch, _opts: WriteOptions) -> KvResult<()> {
+        self.apply(&batch, &[])
+    }
+
+    fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
+        Ok(Box::new(EtcdTxn::new(self)))
+    }
+
+    fn sync(&self) -> KvResult<()> {
+        // Every Txn was durable when it returned.
+        Ok(())
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+}
+
+/// The part of a scan a transaction depends on, as an etcd range (see `occ::covered`).
+pub(crate) fn covered_range(
+    ks: &Keyspace,
+    tree: TreeId,
+    range: &KeyRange,
+    dir: Direction,
+    limit: usize,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+) -> KvResult<EtcdRange> {
+    ks.range(tree, &covered(range, dir, limit, pairs))
+}
