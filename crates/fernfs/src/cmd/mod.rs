@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod blockdev;
+pub mod etcd;
 pub mod fsck;
 pub mod image;
 pub mod mkfs;

@@ -33,7 +33,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Options of `fernfs mount`.
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// Image file made by `fernfs mkfs`.
+    /// Image file made by `fernfs mkfs`, or `etcd://HOST:PORT[,...]/PREFIX`.
     pub target: PathBuf,
     /// Directory to mount it on.
     pub mountpoint: PathBuf,
@@ -58,8 +58,14 @@ pub struct UmountArgs {
     pub lazy: bool,
 }
 
-fn parse_options(list: &[String]) -> Result<MountOptions, CmdError> {
+/// The options of a mount of `target`: an etcd mount starts from short TTLs, since other
+/// mounts change what the kernel caches (docs/distributed.md §7); `-o` overrides either.
+fn parse_options(target: &Path, list: &[String]) -> Result<MountOptions, CmdError> {
     let mut o = MountOptions::default();
+    if super::etcd::url(target).is_some() {
+        o.entry_ttl = super::etcd::SHARED_TTL;
+        o.attr_ttl = super::etcd::SHARED_TTL;
+    }
     for s in list {
         o.parse_into(s)?;
     }
@@ -68,11 +74,14 @@ fn parse_options(list: &[String]) -> Result<MountOptions, CmdError> {
 
 /// Runs `fernfs mount`.
 pub fn run(args: MountArgs) -> Result<(), CmdError> {
-    let opts = parse_options(&args.options)?;
-    let target = args
-        .target
-        .canonicalize()
-        .map_err(|e| CmdError::new(format!("{}: {e}", args.target.display())))?;
+    let opts = parse_options(&args.target, &args.options)?;
+    let target = match super::etcd::url(&args.target) {
+        Some(_) => args.target.clone(),
+        None => args
+            .target
+            .canonicalize()
+            .map_err(|e| CmdError::new(format!("{}: {e}", args.target.display())))?,
+    };
     let mp = args
         .mountpoint
         .canonicalize()
@@ -117,6 +126,9 @@ fn foreground(
     notify: bool,
 ) -> Result<(), CmdError> {
     block_session_signals()?;
+    if let Some(url) = super::etcd::url(target) {
+        return foreground_etcd(url, mp, opts, notify);
+    }
     let image = Image::open(target, opts.cache_size.unwrap_or(DEFAULT_CACHE))?;
     let fs = image.fs()?;
     opts.fsname = target.display().to_string();
@@ -129,17 +141,7 @@ fn foreground(
             .into_bytes(),
         None => b"{}".to_vec(),
     });
-    let ready = || {
-        if notify {
-            let mut out = std::io::stdout();
-            let _ = writeln!(out, "ready");
-            let _ = out.flush();
-        } else {
-            eprintln!("fernfs: {} mounted on {}", target.display(), mp.display());
-        }
-    };
-    let stopped = fern_fuse::serve(fs, mp, &opts, ready)
-        .map_err(|e| CmdError::new(format!("mount {}: {e}", mp.display())));
+    let stopped = serve(fs, mp, &opts, notify, &target.display().to_string());
     let closed = image.close();
     let stopped = stopped?;
     closed?;
@@ -153,6 +155,48 @@ fn foreground(
                 )
             }
         }
+    }
+    Ok(())
+}
+
+/// Serves `fs` on `mp` until unmounted or signalled, reporting readiness (on stdout to the
+/// parent when `notify`, else on stderr).
+fn serve(
+    fs: std::sync::Arc<fern_fs::Fs>,
+    mp: &Path,
+    opts: &MountOptions,
+    notify: bool,
+    source: &str,
+) -> Result<Stopped, CmdError> {
+    let ready = || {
+        if notify {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "ready");
+            let _ = out.flush();
+        } else {
+            eprintln!("fernfs: {source} mounted on {}", mp.display());
+        }
+    };
+    fern_fuse::serve(fs, mp, opts, ready)
+        .map_err(|e| CmdError::new(format!("mount {}: {e}", mp.display())))
+}
+
+/// An etcd mount: every write is durable in etcd when it returns, so there is no image to
+/// close at the end.
+fn foreground_etcd(
+    url: &str,
+    mp: &Path,
+    mut opts: MountOptions,
+    notify: bool,
+) -> Result<(), CmdError> {
+    let store = super::etcd::open(url)?;
+    let fs = fern_fs::Fs::mount(store)
+        .map(std::sync::Arc::new)
+        .map_err(|e| CmdError::new(format!("{url}: cannot mount the file system: {e}")))?;
+    opts.fsname = super::etcd::fsname(url);
+    let stopped = serve(fs, mp, &opts, notify, url)?;
+    if !notify {
+        eprintln!("fernfs: {} unmounted ({stopped:?})", mp.display());
     }
     Ok(())
 }
@@ -217,7 +261,10 @@ pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
         // taken as ours.
         let src = PathBuf::from(unescape(src));
         let ours = ty == "fuse.fernfs"
-            || (ty == "fuse" && (src.is_file() || super::blockdev::is_block_device(&src)));
+            || (ty == "fuse"
+                && (src.is_file()
+                    || super::blockdev::is_block_device(&src)
+                    || super::etcd::is_fsname(&src.to_string_lossy())));
         (ours && Path::new(&unescape(dir)) == mp).then_some(src)
     })
 }
