@@ -4,7 +4,17 @@
 
 use std::time::Duration;
 
-use fern_kv::{KvError, KvResult};
+/// A malformed `etcd://` URL: the URL and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadUrl(pub String);
+
+impl std::fmt::Display for BadUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadUrl {}
 
 /// How to reach one file system in one etcd cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,8 +50,12 @@ impl EtcdConfig {
 
     /// Parses `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`. The prefix is everything after the
     /// first `/` (it may itself contain `/`) and must not be empty.
-    pub fn from_url(url: &str) -> KvResult<Self> {
-        let bad = |why: &str| KvError::Unavailable(format!("bad etcd URL {url:?}: {why}"));
+    pub fn from_url(url: &str) -> Result<Self, BadUrl> {
+        let bad = |why: &str| {
+            BadUrl(format!(
+                "bad etcd URL {url:?}: {why} (expected etcd://HOST:PORT[,HOST:PORT...]/PREFIX)"
+            ))
+        };
         let rest = url
             .strip_prefix(SCHEME)
             .ok_or_else(|| bad("it must start with etcd://"))?;

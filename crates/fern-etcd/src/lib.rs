@@ -19,5 +19,5 @@ pub mod plan;
 mod store;
 mod txn;
 
-pub use config::EtcdConfig;
+pub use config::{BadUrl, EtcdConfig};
 pub use store::{EtcdStore, ETCD_LIMITS};

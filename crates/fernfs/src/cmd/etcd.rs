@@ -22,7 +22,7 @@ pub fn url(target: &Path) -> Option<&str> {
 
 /// Connects to the file system at `url` (no check that it is formatted).
 pub fn open(url: &str) -> Result<Arc<EtcdStore>, CmdError> {
-    let cfg = EtcdConfig::from_url(url)?;
+    let cfg = EtcdConfig::from_url(url).map_err(|e| CmdError::new(e.to_string()))?;
     EtcdStore::connect(&cfg, fern_fs::registry())
         .map(Arc::new)
         .map_err(|e| CmdError::new(format!("{url}: {e}")))
