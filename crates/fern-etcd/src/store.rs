@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -79,6 +80,8 @@ pub struct EtcdStore {
     timeout: Duration,
     /// For error messages.
     endpoints: String,
+    /// etcd requests sent (round trips), for cost accounting.
+    requests: AtomicU64,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -126,6 +129,7 @@ impl EtcdStore {
             limits: ETCD_LIMITS,
             timeout: cfg.timeout,
             endpoints,
+            requests: AtomicU64::new(0),
         };
         let probe = store.ks.all();
         store.call(|mut kv| async move {
@@ -157,6 +161,12 @@ impl EtcdStore {
         Ok(())
     }
 
+    /// etcd requests (round trips) this store has sent, the connection probe included: what
+    /// an operation costs on the network (docs/distributed.md §8).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn keyspace(&self) -> &Keyspace {
         &self.ks
     }
@@ -173,6 +183,7 @@ impl EtcdStore {
             .max_decoding_message_size(MAX_RESPONSE_BYTES)
             .max_encoding_message_size(MAX_RESPONSE_BYTES);
         let fut = f(kv);
+        self.requests.fetch_add(1, Ordering::Relaxed);
         match self
             .rt
             .block_on(async { tokio::time::timeout(self.timeout, fut).await })
