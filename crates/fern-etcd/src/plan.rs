@@ -62,8 +62,9 @@ pub struct Plan {
 const PER_ITEM: usize = 24;
 
 impl Plan {
-    /// An upper estimate of the encoded Txn request with `extra` compares added.
-    pub fn wire_bytes(&self, extra: &[Guard]) -> usize {
+    /// An upper estimate of the encoded Txn request with `extra` compares added and the
+    /// stored values of `reads` read back on failure.
+    pub fn wire_bytes(&self, extra: &[Guard], reads: &[Vec<u8>]) -> usize {
         let op = |o: &EtcdOp| match o {
             EtcdOp::Put(k, v) => k.len() + v.len(),
             EtcdOp::Delete(k) => k.len(),
@@ -80,6 +81,7 @@ impl Plan {
                 .chain(extra)
                 .map(|g| guard(g) + PER_ITEM)
                 .sum::<usize>()
+            + reads.iter().map(|k| k.len() + PER_ITEM).sum::<usize>()
     }
 }
 

@@ -9,7 +9,7 @@
 //! Durability: an etcd Txn is durable (raft majority, fsynced) when it returns, so every write
 //! is synchronous and [`KvStore::sync`] has nothing left to do.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,6 +23,7 @@ use fern_kv::{
     Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, RetryPolicy,
     TreeId, UpdateRegistry, WriteBatch, WriteOptions,
 };
+use parking_lot::Mutex;
 
 use crate::config::EtcdConfig;
 use crate::error::{classify, timed_out, Failure};
@@ -55,6 +56,11 @@ const UPSERT_RETRY: RetryPolicy = RetryPolicy {
 };
 /// Restarts of a plain scan whose pinned revision was compacted under it.
 const SCAN_RESTARTS: u32 = 5;
+/// Most keys whose last known state [`EtcdStore`] keeps for upserts (then it starts over).
+const KNOWN_KEYS: usize = 4096;
+/// Largest put value remembered for a later upsert: metadata rows (directory entries with
+/// their inline stat, inodes), not data blocks, unless the key itself was upserted.
+const KNOWN_PUT_BYTES: usize = 1024;
 
 /// A point read: value, `mod_revision` (0 if absent) and the revision it was read at.
 pub(crate) struct Point {
@@ -82,6 +88,11 @@ pub struct EtcdStore {
     endpoints: String,
     /// etcd requests sent (round trips), for cost accounting.
     requests: AtomicU64,
+    /// Last known state of keys this store wrote (docs/distributed.md §3.1): the first attempt
+    /// of an upsert uses it instead of a read. Never trusted: the Txn compares the
+    /// `mod_revision`, so a stale entry costs one failed attempt, whose failure branch reads
+    /// the key — the same two round trips as a miss.
+    known: Mutex<BTreeMap<Vec<u8>, Stored>>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -130,6 +141,7 @@ impl EtcdStore {
             timeout: cfg.timeout,
             endpoints,
             requests: AtomicU64::new(0),
+            known: Mutex::new(BTreeMap::new()),
         };
         let probe = store.ks.all();
         store.call(|mut kv| async move {
@@ -293,23 +305,78 @@ impl EtcdStore {
         }
         let ops: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
         let resp = self.call(|mut kv| async move { kv.txn(Txn::new().and_then(ops)).await })?;
+        stored_from(keys, &resp.op_responses())
+    }
+
+    /// The states of `keys` for planning: the last known ones, the others read (one Txn).
+    fn known_or_read(&self, keys: &[Vec<u8>]) -> KvResult<HashMap<Vec<u8>, Stored>> {
         let mut out = HashMap::new();
-        for (k, r) in keys.iter().zip(resp.op_responses()) {
-            let TxnOpResponse::Get(g) = r else {
-                return Err(KvError::Backend(
-                    "etcd answered a read with another op".into(),
-                ));
-            };
-            let stored = match g.kvs().first() {
-                Some(kv) => Stored {
-                    value: Some(kv.value().to_vec()),
-                    mod_revision: kv.mod_revision(),
-                },
-                None => Stored::default(),
-            };
-            out.insert(k.clone(), stored);
+        let mut missing = Vec::new();
+        {
+            let known = self.known.lock();
+            for k in keys {
+                match known.get(k) {
+                    Some(s) => {
+                        out.insert(k.clone(), s.clone());
+                    }
+                    None => missing.push(k.clone()),
+                }
+            }
         }
+        let read = self.read_keys(&missing)?;
+        self.remember(read.iter().map(|(k, s)| (k.clone(), s.clone())));
+        out.extend(read);
         Ok(out)
+    }
+
+    fn remember(&self, states: impl IntoIterator<Item = (Vec<u8>, Stored)>) {
+        let mut known = self.known.lock();
+        for (k, s) in states {
+            if known.len() >= KNOWN_KEYS {
+                known.clear();
+            }
+            known.insert(k, s);
+        }
+    }
+
+    /// Records what a successful Txn at revision `rev` wrote (every key it writes gets `rev`).
+    fn remember_writes(&self, ops: &[EtcdOp], upserted: &[Guard], rev: i64) {
+        let is_upserted = |k: &[u8]| {
+            upserted
+                .iter()
+                .any(|g| matches!(g, Guard::Key { key, .. } if key == k))
+        };
+        let mut states = Vec::new();
+        {
+            let mut known = self.known.lock();
+            for op in ops {
+                match op {
+                    EtcdOp::Put(k, v) if v.len() <= KNOWN_PUT_BYTES || is_upserted(k) => {
+                        states.push((
+                            k.clone(),
+                            Stored {
+                                value: Some(v.clone()),
+                                mod_revision: rev,
+                            },
+                        ));
+                    }
+                    EtcdOp::Put(k, _) => {
+                        known.remove(k);
+                    }
+                    EtcdOp::Delete(k) => states.push((k.clone(), Stored::default())),
+                    EtcdOp::DeleteRange(r) => {
+                        let doomed: Vec<Vec<u8>> = known
+                            .range(r.lo.clone()..r.hi.clone())
+                            .map(|(k, _)| k.clone())
+                            .collect();
+                        for k in doomed {
+                            known.remove(&k);
+                        }
+                    }
+                }
+            }
+        }
+        self.remember(states);
     }
 
     /// True when every guard holds now (a read-only Txn of the compares alone).
@@ -328,18 +395,26 @@ impl EtcdStore {
             return Ok(());
         }
         let mut backoff = Backoff::new(UPSERT_RETRY);
+        let mut stored = self.known_or_read(&needed)?;
         loop {
-            let stored = self.read_keys(&needed)?;
             let plan = plan::plan(batch, &self.ks, &self.registry, &stored)?;
-            fits(&plan, reads)?;
+            fits(&plan, reads, &needed)?;
             let compares: Vec<Compare> = reads.iter().chain(&plan.guards).map(compare).collect();
-            let ops: Vec<TxnOp> = plan.ops.into_iter().map(txn_op).collect();
+            let ops: Vec<TxnOp> = plan.ops.iter().map(txn_op).collect();
+            // On failure, read back what the upserts need for the next attempt.
+            let reread: Vec<TxnOp> = needed.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
             let resp = self.call(|mut kv| async move {
-                kv.txn(Txn::new().when(compares).and_then(ops)).await
+                kv.txn(Txn::new().when(compares).and_then(ops).or_else(reread))
+                    .await
             })?;
             if resp.succeeded() {
+                // Every key a Txn writes gets the Txn's revision.
+                let rev = resp.header().map_or(0, |h| h.revision());
+                self.remember_writes(&plan.ops, &plan.guards, rev);
                 return Ok(());
             }
+            stored = stored_from(&needed, &resp.op_responses())?;
+            self.remember(stored.iter().map(|(k, s)| (k.clone(), s.clone())));
             if !reads.is_empty() && !self.guards_hold(reads)? {
                 return Err(KvError::Conflict);
             }
@@ -352,8 +427,39 @@ impl EtcdStore {
     }
 }
 
+/// The states of `keys` from the Range responses of a Txn, one per key in order.
+fn stored_from(keys: &[Vec<u8>], resps: &[TxnOpResponse]) -> KvResult<HashMap<Vec<u8>, Stored>> {
+    if resps.len() != keys.len() {
+        return Err(KvError::Backend(
+            format!(
+                "etcd answered {} reads with {} responses",
+                keys.len(),
+                resps.len()
+            )
+            .into(),
+        ));
+    }
+    let mut out = HashMap::new();
+    for (k, r) in keys.iter().zip(resps) {
+        let TxnOpResponse::Get(g) = r else {
+            return Err(KvError::Backend(
+                "etcd answered a read with another op".into(),
+            ));
+        };
+        let stored = match g.kvs().first() {
+            Some(kv) => Stored {
+                value: Some(kv.value().to_vec()),
+                mod_revision: kv.mod_revision(),
+            },
+            None => Stored::default(),
+        };
+        out.insert(k.clone(), stored);
+    }
+    Ok(out)
+}
+
 /// Refuses a planned Txn that etcd would refuse (docs/distributed.md §3, item 3).
-fn fits(plan: &plan::Plan, reads: &[Guard]) -> KvResult<()> {
+fn fits(plan: &plan::Plan, reads: &[Guard], reread: &[Vec<u8>]) -> KvResult<()> {
     if plan.ops.len() > MAX_TXN_OPS {
         return Err(KvError::TooLarge {
             what: "etcd operations per Txn (after upsert emulation and range splitting)",
@@ -369,7 +475,7 @@ fn fits(plan: &plan::Plan, reads: &[Guard]) -> KvResult<()> {
             limit: MAX_TXN_OPS,
         });
     }
-    let bytes = plan.wire_bytes(reads);
+    let bytes = plan.wire_bytes(reads, reread);
     if bytes > MAX_REQUEST_BYTES {
         return Err(KvError::TooLarge {
             what: "bytes per etcd request (after upsert emulation)",
@@ -392,13 +498,14 @@ fn compare(g: &Guard) -> Compare {
     }
 }
 
-fn txn_op(op: EtcdOp) -> TxnOp {
+fn txn_op(op: &EtcdOp) -> TxnOp {
     match op {
-        EtcdOp::Put(k, v) => TxnOp::put(k, v, None),
-        EtcdOp::Delete(k) => TxnOp::delete(k, None),
-        EtcdOp::DeleteRange(EtcdRange { lo, hi }) => {
-            TxnOp::delete(lo, Some(etcd_client::DeleteOptions::new().with_range(hi)))
-        }
+        EtcdOp::Put(k, v) => TxnOp::put(k.clone(), v.clone(), None),
+        EtcdOp::Delete(k) => TxnOp::delete(k.clone(), None),
+        EtcdOp::DeleteRange(EtcdRange { lo, hi }) => TxnOp::delete(
+            lo.clone(),
+            Some(etcd_client::DeleteOptions::new().with_range(hi.clone())),
+        ),
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use fern_etcd::local::{shared_for_tests, unique_prefix, LocalEtcd};
 use fern_etcd::{EtcdConfig, EtcdStore};
-use fern_kv::conformance::{registry, APPEND};
+use fern_kv::conformance::{registry, ADD_U64, APPEND};
 use fern_kv::{
     transact, Direction, KeyRange, KvError, KvRead, KvStore, RetryPolicy, WriteBatch, WriteOptions,
 };
@@ -221,6 +221,42 @@ fn unreachable_server_is_an_error_in_bounded_time() {
             start.elapsed() < Duration::from_secs(5),
             "{:?}",
             start.elapsed()
+        );
+    }
+}
+
+#[test]
+fn two_stores_upserting_one_key_lose_nothing() {
+    // Each store remembers the last state it wrote and tries its next upsert on it; the other
+    // store's writes make that state stale, which the mod_revision compare must catch.
+    let Some(etcd) = shared_for_tests() else {
+        return;
+    };
+    let cfg = etcd.config(&unique_prefix("two"));
+    let stores = [
+        EtcdStore::connect(&cfg, registry()).expect("connect"),
+        EtcdStore::connect(&cfg, registry()).expect("connect"),
+    ];
+    std::thread::scope(|scope| {
+        for s in &stores {
+            for _ in 0..2 {
+                scope.spawn(move || {
+                    let t = s.tree("t").expect("tree");
+                    for _ in 0..100 {
+                        let mut b = WriteBatch::new();
+                        b.upsert(t, b"ctr".to_vec(), ADD_U64, 1u64.to_be_bytes().to_vec());
+                        s.write(b, WriteOptions::NO_SYNC).expect("upsert");
+                    }
+                });
+            }
+        }
+    });
+    for s in &stores {
+        let t = s.tree("t").expect("tree");
+        assert_eq!(
+            s.get(t, b"ctr").expect("get"),
+            Some(400u64.to_be_bytes().to_vec()),
+            "no upsert lost"
         );
     }
 }
