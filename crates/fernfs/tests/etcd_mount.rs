@@ -144,4 +144,14 @@ fn two_mounts_of_one_prefix_see_each_others_namespace() {
     ok(&["mount", &url, a.to_str().expect("utf-8")]);
     assert_eq!(fs::read_dir(&a).expect("list").count(), 20);
     ok(&["umount", a.to_str().expect("utf-8")]);
+    // And checks clean; repair is refused while nothing can tell whether a mount is active.
+    let out = ok(&["fsck", &url]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 problems"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let repair = fernfs(&["fsck", &url, "--repair"]);
+    assert_eq!(repair.status.code(), Some(8), "operational error");
+    assert!(String::from_utf8_lossy(&repair.stderr).contains("not supported"));
 }
