@@ -7,17 +7,10 @@ use std::sync::Arc;
 use fern_etcd::local::{shared_for_tests, unique_prefix};
 use fern_etcd::EtcdStore;
 use fern_fs::path::{OpenOptions, PathFs};
-use fern_fs::{Cred, Fs, MkfsOptions, OpenFlags};
+use fern_fs::{Cred, Fs, MkfsOptions};
 
 fn rw() -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    }
+    OpenOptions::create_write(0o644)
 }
 
 #[test]
