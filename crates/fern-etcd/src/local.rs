@@ -4,8 +4,8 @@
 //!
 //! The server runs under a small `sh` guard that reads the pipe this process holds: when the
 //! handle is dropped, or the process exits or is killed, the pipe closes and the guard stops
-//! etcd by its PID and removes the data directory. So a test binary may keep one server in a
-//! `static` and still leave nothing behind.
+//! etcd by its PID (waking it first if a test froze it) and removes the data directory. So a
+//! test binary may keep one server in a `static` and still leave nothing behind.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -23,8 +23,10 @@ const GUARD: &str = r#"
 dir=$1; shift
 etcd "$@" >"$dir/etcd.log" 2>&1 &
 pid=$!
+echo "$pid" >"$dir/etcd.pid"
 read -r _ || true
 kill "$pid" 2>/dev/null
+kill -CONT "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 rm -rf "$dir"
 "#;
@@ -121,6 +123,33 @@ impl LocalEtcd {
             "etcd on {} not healthy after {READY_TIMEOUT:?}; log tail:\n{tail}",
             self.endpoint
         )))
+    }
+
+    /// Freezes the server (SIGSTOP): it keeps its connections but answers nothing, as a
+    /// partitioned or overloaded cluster does. [`LocalEtcd::resume`] thaws it.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.signal("STOP")
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.signal("CONT")
+    }
+
+    fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let pid = std::fs::read_to_string(self.dir.join("etcd.pid"))?;
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.trim())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "kill -{sig} {} failed",
+                pid.trim()
+            )))
+        }
     }
 
     /// The client endpoint, `http://127.0.0.1:PORT`.
