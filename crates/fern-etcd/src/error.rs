@@ -11,6 +11,9 @@ use tonic::Code;
 pub(crate) enum Failure {
     /// A read at a revision that compaction removed (docs/distributed.md §2, §6).
     Compacted,
+    /// The request never left this machine (no connection to the member it was sent to), so
+    /// sending it again cannot apply anything twice.
+    NotSent(KvError),
     /// Anything else, already in fern-kv's vocabulary.
     Kv(KvError),
 }
@@ -21,7 +24,7 @@ impl From<Failure> for KvError {
             // Only reads pinned to a transaction's revision reach a caller with this; the
             // transaction reruns on a fresh snapshot.
             Failure::Compacted => KvError::Conflict,
-            Failure::Kv(e) => e,
+            Failure::NotSent(e) | Failure::Kv(e) => e,
         }
     }
 }
@@ -35,8 +38,17 @@ pub(crate) fn timed_out(endpoints: &str, deadline: Duration) -> Failure {
 
 /// Classifies a client error.
 pub(crate) fn classify(e: Error, endpoints: &str) -> Failure {
-    let unavailable =
-        |why: String| Failure::Kv(KvError::Unavailable(format!("etcd at {endpoints}: {why}")));
+    let unavailable = |why: String| {
+        // The client's own wording for a connection that could not be made: the only sign
+        // that the request was not sent (a reset connection may have delivered it).
+        let not_sent = why.contains("tcp connect error");
+        let e = KvError::Unavailable(format!("etcd at {endpoints}: {why}"));
+        if not_sent {
+            Failure::NotSent(e)
+        } else {
+            Failure::Kv(e)
+        }
+    };
     match e {
         Error::GRpcStatus(s) => {
             let msg = s.message();
@@ -49,6 +61,13 @@ pub(crate) fn classify(e: Error, endpoints: &str) -> Failure {
                     actual: 0,
                     limit: 0,
                 });
+            }
+            // A status carrying a source error was made by the client from a failure to talk
+            // to the server (a reset connection to a member that died); the server's own
+            // errors come with a code and no source.
+            if std::error::Error::source(&s).is_some() {
+                let cause = std::error::Error::source(&s).map(ToString::to_string);
+                return unavailable(format!("{msg}: {}", cause.unwrap_or_default()));
             }
             match s.code() {
                 Code::Unavailable

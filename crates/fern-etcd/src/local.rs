@@ -31,11 +31,18 @@ wait "$pid" 2>/dev/null
 rm -rf "$dir"
 "#;
 
-/// A running private etcd.
+/// A running private etcd: one member, or a cluster of several on loopback.
 #[derive(Debug)]
 pub struct LocalEtcd {
+    members: Vec<Member>,
+}
+
+/// One member: its guard process, client endpoint and directory.
+#[derive(Debug)]
+struct Member {
     guard: Child,
     endpoint: String,
+    client_port: u16,
     dir: PathBuf,
 }
 
@@ -50,13 +57,19 @@ impl LocalEtcd {
             .is_ok_and(|s| s.success())
     }
 
-    /// Starts a server on free loopback ports with a fresh data directory (under `/dev/shm`
-    /// when it exists) and waits until it is healthy.
+    /// Starts a single-member server on free loopback ports with a fresh data directory
+    /// (under `/dev/shm` when it exists) and waits until it is healthy.
     pub fn start() -> std::io::Result<Self> {
+        Self::start_cluster(1)
+    }
+
+    /// Starts a cluster of `members` members (3 for the fault tests), each on its own ports
+    /// and data directory, and waits until every member is healthy.
+    pub fn start_cluster(members: usize) -> std::io::Result<Self> {
         let mut last = None;
         // A port the kernel handed out may be taken again before etcd binds it: retry.
         for _ in 0..3 {
-            match Self::try_start() {
+            match Self::try_start(members.max(1)) {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
@@ -64,55 +77,119 @@ impl LocalEtcd {
         Err(last.unwrap_or_else(|| std::io::Error::other("etcd did not start")))
     }
 
-    fn try_start() -> std::io::Result<Self> {
+    fn try_start(n: usize) -> std::io::Result<Self> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
-        let client = free_port()?;
-        let peer = free_port()?;
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
             std::env::temp_dir()
         };
-        let dir = base.join(format!(
+        let run = format!(
             "fern-etcd-{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir)?;
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let guard = Command::new("sh")
-            .arg("-c")
-            .arg(GUARD)
-            .arg("fern-etcd-guard")
-            .arg(&dir)
-            .args(["--name", "fern"])
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &endpoint])
-            .args(["--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("fern={peer_url}")])
-            .args(["--auto-compaction-mode", "revision"])
-            .args(["--auto-compaction-retention", "1000"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let server = Self {
-            guard,
-            endpoint,
-            dir,
+        );
+        let mut ports = Vec::new();
+        for _ in 0..n {
+            ports.push((free_port()?, free_port()?));
+        }
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let initial = initial.join(",");
+        let mut cluster = Self {
+            members: Vec::new(),
         };
-        server.wait_healthy(client)?;
-        Ok(server)
+        for (i, (client, peer)) in ports.into_iter().enumerate() {
+            let dir = base.join(format!("{run}-m{i}"));
+            std::fs::create_dir_all(&dir)?;
+            let endpoint = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let guard = Command::new("sh")
+                .arg("-c")
+                .arg(GUARD)
+                .arg("fern-etcd-guard")
+                .arg(&dir)
+                .args(["--name", &format!("m{i}")])
+                .arg("--data-dir")
+                .arg(dir.join("data"))
+                .args(["--listen-client-urls", &endpoint])
+                .args(["--advertise-client-urls", &endpoint])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--auto-compaction-mode", "revision"])
+                .args(["--auto-compaction-retention", "1000"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            cluster.members.push(Member {
+                guard,
+                endpoint,
+                client_port: client,
+                dir,
+            });
+        }
+        for m in &cluster.members {
+            m.wait_healthy()?;
+        }
+        Ok(cluster)
     }
 
-    fn wait_healthy(&self, port: u16) -> std::io::Result<()> {
+    /// Freezes every member (SIGSTOP): they keep their connections but answer nothing, as a
+    /// partitioned or overloaded cluster does. [`LocalEtcd::resume`] thaws them.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.members.iter().try_for_each(|m| m.signal("STOP"))
+    }
+
+    /// Thaws paused members (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.members.iter().try_for_each(|m| m.signal("CONT"))
+    }
+
+    /// Kills member `i` with SIGKILL (a crash: no shutdown, no goodbye to its peers).
+    pub fn kill_member(&self, i: usize) -> std::io::Result<()> {
+        self.members
+            .get(i)
+            .ok_or_else(|| std::io::Error::other(format!("no member {i}")))?
+            .signal("KILL")
+    }
+
+    /// The client endpoint of the first member, `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.members[0].endpoint
+    }
+
+    /// Every member's client endpoint.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.endpoint.clone()).collect()
+    }
+
+    /// The configuration of a file system under `prefix` on this server (every member).
+    pub fn config(&self, prefix: &str) -> EtcdConfig {
+        EtcdConfig::new(self.endpoints(), prefix.as_bytes())
+    }
+
+    /// The `etcd://` URL of a file system under `prefix` on this server (every member).
+    pub fn url(&self, prefix: &str) -> String {
+        let hosts: Vec<&str> = self
+            .members
+            .iter()
+            .map(|m| m.endpoint.trim_start_matches("http://"))
+            .collect();
+        format!("{}{}/{prefix}", crate::config::SCHEME, hosts.join(","))
+    }
+}
+
+impl Member {
+    fn wait_healthy(&self) -> std::io::Result<()> {
         let start = Instant::now();
         while start.elapsed() < READY_TIMEOUT {
-            if health(port) {
+            if health(self.client_port) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -123,17 +200,6 @@ impl LocalEtcd {
             "etcd on {} not healthy after {READY_TIMEOUT:?}; log tail:\n{tail}",
             self.endpoint
         )))
-    }
-
-    /// Freezes the server (SIGSTOP): it keeps its connections but answers nothing, as a
-    /// partitioned or overloaded cluster does. [`LocalEtcd::resume`] thaws it.
-    pub fn pause(&self) -> std::io::Result<()> {
-        self.signal("STOP")
-    }
-
-    /// Thaws a paused server (SIGCONT).
-    pub fn resume(&self) -> std::io::Result<()> {
-        self.signal("CONT")
     }
 
     fn signal(&self, sig: &str) -> std::io::Result<()> {
@@ -151,25 +217,9 @@ impl LocalEtcd {
             )))
         }
     }
-
-    /// The client endpoint, `http://127.0.0.1:PORT`.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// The configuration of a file system under `prefix` on this server.
-    pub fn config(&self, prefix: &str) -> EtcdConfig {
-        EtcdConfig::new(vec![self.endpoint.clone()], prefix.as_bytes())
-    }
-
-    /// The `etcd://` URL of a file system under `prefix` on this server.
-    pub fn url(&self, prefix: &str) -> String {
-        let host = self.endpoint.trim_start_matches("http://");
-        format!("{}{host}/{prefix}", crate::config::SCHEME)
-    }
 }
 
-impl Drop for LocalEtcd {
+impl Drop for Member {
     fn drop(&mut self) {
         // Closing the pipe tells the guard to stop etcd and remove the data directory.
         drop(self.guard.stdin.take());

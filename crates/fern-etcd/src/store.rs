@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn,
@@ -54,6 +54,16 @@ const UPSERT_RETRY: RetryPolicy = RetryPolicy {
     base_backoff: Duration::from_micros(100),
     max_backoff: Duration::from_millis(20),
 };
+/// Pause before sending a call again (see [`EtcdStore::call`]).
+const RESEND_PAUSE: Duration = Duration::from_millis(50);
+/// Which failures allow sending a call again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resend {
+    /// Reads and read-only Txns: any failure to reach the cluster.
+    Always,
+    /// Writes: only a failure before the request left this machine.
+    IfNotSent,
+}
 /// Restarts of a plain scan whose pinned revision was compacted under it.
 const SCAN_RESTARTS: u32 = 5;
 /// Most keys whose last known state [`EtcdStore`] keeps for upserts (then it starts over).
@@ -144,12 +154,12 @@ impl EtcdStore {
             known: Mutex::new(BTreeMap::new()),
         };
         let probe = store.ks.all();
-        store.call(|mut kv| async move {
-            kv.get(
-                probe.lo,
-                Some(GetOptions::new().with_range(probe.hi).with_count_only()),
-            )
-            .await
+        store.call(Resend::Always, |mut kv| {
+            let (lo, hi) = (probe.lo.clone(), probe.hi.clone());
+            async move {
+                kv.get(lo, Some(GetOptions::new().with_range(hi).with_count_only()))
+                    .await
+            }
         })?;
         Ok(store)
     }
@@ -163,12 +173,12 @@ impl EtcdStore {
     /// Removes every key of this file system (one etcd range delete).
     pub fn destroy(&self) -> KvResult<()> {
         let all = self.ks.all();
-        self.call(|mut kv| async move {
-            kv.delete(
-                all.lo,
-                Some(etcd_client::DeleteOptions::new().with_range(all.hi)),
-            )
-            .await
+        self.call(Resend::IfNotSent, |mut kv| {
+            let (lo, hi) = (all.lo.clone(), all.hi.clone());
+            async move {
+                kv.delete(lo, Some(etcd_client::DeleteOptions::new().with_range(hi)))
+                    .await
+            }
         })?;
         Ok(())
     }
@@ -183,25 +193,42 @@ impl EtcdStore {
         &self.ks
     }
 
-    /// Runs one etcd call under the deadline.
-    fn call<T, F, Fut>(&self, f: F) -> Result<T, Failure>
+    /// Runs one etcd call under the deadline. Within the deadline the call is sent again
+    /// after a failure that `resend` allows: a read after any failure to reach the cluster (a
+    /// member that died is still in the client's endpoint list), a write only when it never
+    /// left this machine (resending one that may have reached etcd could apply it twice).
+    fn call<T, F, Fut>(&self, resend: Resend, f: F) -> Result<T, Failure>
     where
-        F: FnOnce(KvClient) -> Fut,
+        F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let kv = self
-            .client
-            .kv_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
-            .max_encoding_message_size(MAX_RESPONSE_BYTES);
-        let fut = f(kv);
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        match self
-            .rt
-            .block_on(async { tokio::time::timeout(self.timeout, fut).await })
-        {
-            Err(_) => Err(timed_out(&self.endpoints, self.timeout)),
-            Ok(r) => r.map_err(|e| classify(e, &self.endpoints)),
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let kv = self
+                .client
+                .kv_client()
+                .max_decoding_message_size(MAX_RESPONSE_BYTES)
+                .max_encoding_message_size(MAX_RESPONSE_BYTES);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let fut = f(kv);
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let failure = match self
+                .rt
+                .block_on(async { tokio::time::timeout(left, fut).await })
+            {
+                Err(_) => return Err(timed_out(&self.endpoints, self.timeout)),
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => classify(e, &self.endpoints),
+            };
+            let again = match (&failure, resend) {
+                (Failure::NotSent(_), _) => true,
+                (Failure::Kv(KvError::Unavailable(_)), Resend::Always) => true,
+                _ => false,
+            };
+            if !again || Instant::now() + RESEND_PAUSE >= deadline {
+                return Err(failure);
+            }
+            std::thread::sleep(RESEND_PAUSE);
         }
     }
 
@@ -217,7 +244,10 @@ impl EtcdStore {
         if let Some(rev) = revision {
             opts = opts.with_revision(rev);
         }
-        let resp = self.call(|mut kv| async move { kv.get(k, Some(opts)).await })?;
+        let resp = self.call(Resend::Always, |mut kv| {
+            let (k, opts) = (k.clone(), opts.clone());
+            async move { kv.get(k, Some(opts)).await }
+        })?;
         let revision = resp.header().map_or(0, |h| h.revision());
         Ok(match resp.kvs().first() {
             Some(kv) => Point {
@@ -266,7 +296,10 @@ impl EtcdStore {
                 opts = opts.with_sort(SortTarget::Key, SortOrder::Descend);
             }
             let from = lo.clone();
-            let resp = self.call(|mut kv| async move { kv.get(from, Some(opts)).await })?;
+            let resp = self.call(Resend::Always, |mut kv| {
+                let (from, opts) = (from.clone(), opts.clone());
+                async move { kv.get(from, Some(opts)).await }
+            })?;
             if out.revision.is_none() {
                 out.revision = resp.header().map(|h| h.revision());
             }
@@ -304,7 +337,10 @@ impl EtcdStore {
             return Ok(HashMap::new());
         }
         let ops: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
-        let resp = self.call(|mut kv| async move { kv.txn(Txn::new().and_then(ops)).await })?;
+        let resp = self.call(Resend::Always, |mut kv| {
+            let ops = ops.clone();
+            async move { kv.txn(Txn::new().and_then(ops)).await }
+        })?;
         stored_from(keys, &resp.op_responses())
     }
 
@@ -382,7 +418,10 @@ impl EtcdStore {
     /// True when every guard holds now (a read-only Txn of the compares alone).
     fn guards_hold(&self, guards: &[Guard]) -> KvResult<bool> {
         let compares: Vec<Compare> = guards.iter().map(compare).collect();
-        let resp = self.call(|mut kv| async move { kv.txn(Txn::new().when(compares)).await })?;
+        let resp = self.call(Resend::Always, |mut kv| {
+            let compares = compares.clone();
+            async move { kv.txn(Txn::new().when(compares)).await }
+        })?;
         Ok(resp.succeeded())
     }
 
@@ -403,9 +442,10 @@ impl EtcdStore {
             let ops: Vec<TxnOp> = plan.ops.iter().map(txn_op).collect();
             // On failure, read back what the upserts need for the next attempt.
             let reread: Vec<TxnOp> = needed.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
-            let resp = self.call(|mut kv| async move {
-                kv.txn(Txn::new().when(compares).and_then(ops).or_else(reread))
-                    .await
+            let txn = Txn::new().when(compares).and_then(ops).or_else(reread);
+            let resp = self.call(Resend::IfNotSent, |mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
             })?;
             if resp.succeeded() {
                 // Every key a Txn writes gets the Txn's revision.
