@@ -220,11 +220,10 @@ impl EtcdStore {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => classify(e, &self.endpoints),
             };
-            let again = match (&failure, resend) {
-                (Failure::NotSent(_), _) => true,
-                (Failure::Kv(KvError::Unavailable(_)), Resend::Always) => true,
-                _ => false,
-            };
+            let again = matches!(
+                (&failure, resend),
+                (Failure::NotSent(_), _) | (Failure::Kv(KvError::Unavailable(_)), Resend::Always)
+            );
             if !again || Instant::now() + RESEND_PAUSE >= deadline {
                 return Err(failure);
             }
