@@ -18,13 +18,12 @@
 //! reads do not take it: `Env::write` holds the engine's state lock for the whole batch and a
 //! point read holds it shared, so a get is already atomic against a batch.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use fern_kv::occ::{ConflictTracker, ReadSet, TxnStart};
+use fern_kv::occ::{ConflictTracker, OccBackend, OccTxn};
 use fern_kv::{
     Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, Op, StoreSpace, TreeId,
     UpdateRegistry, WriteBatch, WriteOptions,
@@ -207,16 +206,7 @@ impl TreeStore {
     /// The same store enforcing `limits` where they are stricter than the engine's (e.g.
     /// etcd's 128 ops per batch, to test a caller's step splitting on a real engine).
     pub fn with_limits(mut self, limits: Limits) -> Self {
-        let tighter = |ours: Option<usize>, theirs: Option<usize>| match (ours, theirs) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.limits = Limits {
-            max_ops: tighter(self.limits.max_ops, limits.max_ops),
-            max_bytes: tighter(self.limits.max_bytes, limits.max_bytes),
-            max_key_len: self.limits.max_key_len.min(limits.max_key_len),
-            max_value_len: self.limits.max_value_len.min(limits.max_value_len),
-        };
+        self.limits = self.limits.tightened(limits);
         self
     }
 
@@ -410,24 +400,11 @@ impl KvStore for TreeStore {
     }
 
     fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
-        let engine = self.translate(&batch)?;
-        {
-            let _exclusive = self.gate.write();
-            self.apply_locked(&batch, engine, opts)?;
-        }
-        if opts.sync {
-            self.make_durable()?;
-        }
-        Ok(())
+        self.apply_validated(&batch, opts, &|| Ok(()))
     }
 
     fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
-        Ok(Box::new(TreeTxn {
-            store: self,
-            start: Some(self.tracker.begin()),
-            reads: RefCell::new(ReadSet::default()),
-            batch: WriteBatch::new(),
-        }))
+        Ok(Box::new(OccTxn::begin(self)))
     }
 
     fn sync(&self) -> KvResult<()> {
@@ -454,89 +431,26 @@ impl KvStore for TreeStore {
     }
 }
 
-/// An optimistic transaction on a [`TreeStore`]: reads go straight to the engine and are
-/// recorded; writes wait in `batch` until commit.
-struct TreeTxn<'a> {
-    store: &'a TreeStore,
-    /// `None` once handed back to the tracker.
-    start: Option<TxnStart>,
-    reads: RefCell<ReadSet>,
-    batch: WriteBatch,
-}
-
-impl KvRead for TreeTxn<'_> {
-    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.reads.borrow_mut().read_key(tree, key);
-        self.store.get(tree, key)
+impl OccBackend for TreeStore {
+    fn tracker(&self) -> &ConflictTracker {
+        &self.tracker
     }
 
-    fn scan(
+    fn apply_validated(
         &self,
-        tree: TreeId,
-        range: &KeyRange,
-        dir: Direction,
-        limit: usize,
-    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let pairs = self.store.read_scan(tree, range, dir, limit)?;
-        self.reads
-            .borrow_mut()
-            .read_range(tree, covered(range, dir, limit, &pairs));
-        Ok(pairs)
-    }
-}
-
-/// The part of `range` a scan's answer depends on. A scan cut short by `limit` never looked
-/// past its last key, so only the range up to (forward) or down to (reverse) that key counts;
-/// otherwise the whole range does, since an insertion anywhere in it would change the answer.
-fn covered(
-    range: &KeyRange,
-    dir: Direction,
-    limit: usize,
-    pairs: &[(Vec<u8>, Vec<u8>)],
-) -> KeyRange {
-    let mut r = range.clone();
-    if pairs.len() == limit {
-        if let Some((last, _)) = pairs.last() {
-            match dir {
-                Direction::Forward => r.hi = Bound::Included(last.clone()),
-                Direction::Reverse => r.lo = Bound::Included(last.clone()),
-            }
+        batch: &WriteBatch,
+        opts: WriteOptions,
+        validate: &dyn Fn() -> KvResult<()>,
+    ) -> KvResult<()> {
+        let engine = self.translate(batch)?;
+        {
+            let _exclusive = self.gate.write();
+            validate()?;
+            self.apply_locked(batch, engine, opts)?;
         }
-    }
-    r
-}
-
-impl KvTxn for TreeTxn<'_> {
-    fn batch(&mut self) -> &mut WriteBatch {
-        &mut self.batch
-    }
-
-    fn commit(mut self: Box<Self>, opts: WriteOptions) -> KvResult<()> {
-        let Some(start) = self.start.take() else {
-            return Err(KvError::Unavailable("transaction already finished".into()));
-        };
-        let store = self.store;
-        let result = store.translate(&self.batch).and_then(|engine| {
-            let _exclusive = store.gate.write();
-            if store.tracker.conflicts(start, &self.reads.borrow()) {
-                Err(KvError::Conflict)
-            } else {
-                store.apply_locked(&self.batch, engine, opts)
-            }
-        });
-        store.tracker.end(start);
-        result?;
         if opts.sync {
-            store.make_durable()?;
+            self.make_durable()?;
         }
         Ok(())
-    }
-}
-
-impl Drop for TreeTxn<'_> {
-    fn drop(&mut self) {
-        if let Some(start) = self.start.take() {
-            self.store.tracker.end(start);
-        }
     }
 }

@@ -19,9 +19,9 @@ mod types;
 
 pub use batch::{Op, WriteBatch};
 pub use error::{KvError, KvResult};
-pub use retry::{transact, transact_opts, RetryPolicy, Retryable};
+pub use retry::{transact, transact_opts, Backoff, RetryPolicy, Retryable};
 pub use store::{KvRead, KvStore, KvTxn};
 pub use types::{
-    Direction, KeyRange, Limits, MergeFn, StoreSpace, TreeId, UpdateFn, UpdateFnId, UpdateRegistry,
-    WriteOptions,
+    prefix_successor, Direction, KeyRange, Limits, MergeFn, StoreSpace, TreeId, UpdateFn,
+    UpdateFnId, UpdateRegistry, WriteOptions,
 };

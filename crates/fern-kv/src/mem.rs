@@ -9,7 +9,7 @@ use parking_lot::RwLock;
 
 use crate::batch::{Op, WriteBatch};
 use crate::error::{KvError, KvResult};
-use crate::occ::{ConflictTracker, ReadSet, TxnStart};
+use crate::occ::{ConflictTracker, OccBackend, OccTxn};
 use crate::store::{KvRead, KvStore, KvTxn};
 use crate::types::{Direction, KeyRange, Limits, TreeId, UpdateRegistry, WriteOptions};
 
@@ -171,18 +171,12 @@ impl KvStore for MemStore {
         Ok(id)
     }
 
-    fn write(&self, batch: WriteBatch, _opts: WriteOptions) -> KvResult<()> {
-        let mut state = self.state.write();
-        self.apply(&mut state, &batch)
+    fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
+        self.apply_validated(&batch, opts, &|| Ok(()))
     }
 
     fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
-        Ok(Box::new(MemTxn {
-            store: self,
-            start: Some(self.tracker.begin()),
-            reads: std::cell::RefCell::new(ReadSet::default()),
-            batch: WriteBatch::new(),
-        }))
+        Ok(Box::new(OccTxn::begin(self)))
     }
 
     fn sync(&self) -> KvResult<()> {
@@ -194,83 +188,19 @@ impl KvStore for MemStore {
     }
 }
 
-/// A transaction on a [`MemStore`].
-struct MemTxn<'a> {
-    store: &'a MemStore,
-    /// `None` once handed back to the tracker (commit), so `Drop` does not end it twice.
-    start: Option<TxnStart>,
-    reads: std::cell::RefCell<ReadSet>,
-    batch: WriteBatch,
-}
-
-impl KvRead for MemTxn<'_> {
-    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.reads.borrow_mut().read_key(tree, key);
-        self.store.get(tree, key)
+impl OccBackend for MemStore {
+    fn tracker(&self) -> &ConflictTracker {
+        &self.tracker
     }
 
-    fn scan(
+    fn apply_validated(
         &self,
-        tree: TreeId,
-        range: &KeyRange,
-        dir: Direction,
-        limit: usize,
-    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let pairs = self.store.read_scan(tree, range, dir, limit)?;
-        self.reads
-            .borrow_mut()
-            .read_range(tree, observed_range(range, dir, limit, &pairs));
-        Ok(pairs)
-    }
-}
-
-/// The part of `range` a scan actually depended on: all of it, unless the scan stopped at
-/// `limit`, in which case keys beyond the last one returned were never looked at (recording
-/// less makes paged scans conflict less often).
-fn observed_range(
-    range: &KeyRange,
-    dir: Direction,
-    limit: usize,
-    pairs: &[(Vec<u8>, Vec<u8>)],
-) -> KeyRange {
-    let mut r = range.clone();
-    if limit > 0 && pairs.len() == limit {
-        if let Some((last, _)) = pairs.last() {
-            match dir {
-                Direction::Forward => r.hi = std::ops::Bound::Included(last.clone()),
-                Direction::Reverse => r.lo = std::ops::Bound::Included(last.clone()),
-            }
-        }
-    }
-    r
-}
-
-impl KvTxn for MemTxn<'_> {
-    fn batch(&mut self) -> &mut WriteBatch {
-        &mut self.batch
-    }
-
-    fn commit(mut self: Box<Self>, _opts: WriteOptions) -> KvResult<()> {
-        let Some(start) = self.start.take() else {
-            return Err(KvError::Unavailable("transaction already finished".into()));
-        };
-        let result = {
-            let mut state = self.store.state.write();
-            if self.store.tracker.conflicts(start, &self.reads.borrow()) {
-                Err(KvError::Conflict)
-            } else {
-                self.store.apply(&mut state, &self.batch)
-            }
-        };
-        self.store.tracker.end(start);
-        result
-    }
-}
-
-impl Drop for MemTxn<'_> {
-    fn drop(&mut self) {
-        if let Some(start) = self.start.take() {
-            self.store.tracker.end(start);
-        }
+        batch: &WriteBatch,
+        _opts: WriteOptions,
+        validate: &dyn Fn() -> KvResult<()>,
+    ) -> KvResult<()> {
+        let mut state = self.state.write();
+        validate()?;
+        self.apply(&mut state, batch)
     }
 }

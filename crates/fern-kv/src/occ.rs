@@ -1,21 +1,28 @@
-//! Optimistic-concurrency validation for embedded backends (the memory oracle and fern-tree),
-//! which keep no per-key versions. It owns the record of which keys recent commits wrote; it
-//! must never hold store data, and it keeps a write only as long as some transaction that
-//! began before it is still open.
+//! Optimistic transactions for embedded backends (the memory oracle and fern-tree), which keep
+//! no per-key versions, and the rule every backend shares for what a scan read. It owns the
+//! record of which keys recent commits wrote and the one transaction type ([`OccTxn`]) both
+//! embedded backends hand out; it must never hold store data, and it keeps a write only as long
+//! as some transaction that began before it is still open. Backends with their own versions
+//! (etcd's mod_revision) validate with those and use only [`covered`] from here.
 //!
 //! Rule (validation by write sets, backward-oriented): a transaction that began at commit
 //! sequence `s` may commit iff no commit with sequence `> s` wrote a key it read or a key inside
 //! a range it scanned. Reads see the latest committed state, so if nothing it read changed after
 //! `s`, every read equals the state at `s` and the transaction serializes at its commit point.
-//! Backends call [`ConflictTracker::validate`] and [`ConflictTracker::record`] under the same
-//! lock that makes their batch application atomic, so no commit slips between the two.
+//! Backends validate ([`ConflictTracker::conflicts`], through the `validate` callback of
+//! [`OccBackend::apply_validated`]) and [`ConflictTracker::record`] under the same lock that
+//! makes their batch application atomic, so no commit slips between the two.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
 
 use parking_lot::Mutex;
 
 use crate::batch::WriteBatch;
-use crate::types::{KeyRange, TreeId};
+use crate::error::{KvError, KvResult};
+use crate::store::{KvRead, KvTxn};
+use crate::types::{Direction, KeyRange, TreeId, WriteOptions};
 
 /// What a transaction read: point keys and scanned ranges, per tree.
 #[derive(Debug, Default)]
@@ -130,5 +137,120 @@ impl ConflictTracker {
             .map(|op| (op.tree(), op.written_range()))
             .collect();
         s.log.push_back((seq, writes));
+    }
+}
+
+/// The part of `range` a scan's answer depends on. A scan cut short by `limit` never looked
+/// past its last key, so only the range up to (forward) or down to (reverse) that key counts
+/// (recording less makes paged scans conflict less often); otherwise the whole range does,
+/// since an insertion anywhere in it would change the answer.
+pub fn covered(
+    range: &KeyRange,
+    dir: Direction,
+    limit: usize,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+) -> KeyRange {
+    let mut r = range.clone();
+    if limit > 0 && pairs.len() == limit {
+        if let Some((last, _)) = pairs.last() {
+            match dir {
+                Direction::Forward => r.hi = Bound::Included(last.clone()),
+                Direction::Reverse => r.lo = Bound::Included(last.clone()),
+            }
+        }
+    }
+    r
+}
+
+/// What an embedded backend provides so that [`OccTxn`] can run on it: reads of the latest
+/// committed state, its tracker, and atomic application with validation inside the apply lock.
+pub trait OccBackend: KvRead {
+    /// The store's conflict tracker.
+    fn tracker(&self) -> &ConflictTracker;
+
+    /// Applies `batch` atomically (durable on return if `opts.sync`), first calling `validate`
+    /// under the lock that makes application atomic; an error from `validate` applies nothing
+    /// and is returned. The backend records the applied batch with
+    /// [`ConflictTracker::record`] under the same lock.
+    fn apply_validated(
+        &self,
+        batch: &WriteBatch,
+        opts: WriteOptions,
+        validate: &dyn Fn() -> KvResult<()>,
+    ) -> KvResult<()>;
+}
+
+/// An optimistic transaction on an embedded backend: reads go to the store and are recorded;
+/// writes wait in the batch until commit, which applies them iff the tracker saw no later
+/// commit touch what was read. Dropping it aborts it.
+pub struct OccTxn<'a, B: OccBackend + ?Sized> {
+    store: &'a B,
+    /// `None` once handed back to the tracker (commit), so `Drop` does not end it twice.
+    start: Option<TxnStart>,
+    reads: RefCell<ReadSet>,
+    batch: WriteBatch,
+}
+
+impl<'a, B: OccBackend + ?Sized> OccTxn<'a, B> {
+    /// A transaction starting now on `store`.
+    pub fn begin(store: &'a B) -> Self {
+        Self {
+            store,
+            start: Some(store.tracker().begin()),
+            reads: RefCell::new(ReadSet::default()),
+            batch: WriteBatch::new(),
+        }
+    }
+}
+
+impl<B: OccBackend + ?Sized> KvRead for OccTxn<'_, B> {
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.reads.borrow_mut().read_key(tree, key);
+        self.store.get(tree, key)
+    }
+
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let pairs = self.store.scan(tree, range, dir, limit)?;
+        self.reads
+            .borrow_mut()
+            .read_range(tree, covered(range, dir, limit, &pairs));
+        Ok(pairs)
+    }
+}
+
+impl<B: OccBackend + ?Sized> KvTxn for OccTxn<'_, B> {
+    fn batch(&mut self) -> &mut WriteBatch {
+        &mut self.batch
+    }
+
+    fn commit(mut self: Box<Self>, opts: WriteOptions) -> KvResult<()> {
+        let Some(start) = self.start.take() else {
+            return Err(KvError::Unavailable("transaction already finished".into()));
+        };
+        let store = self.store;
+        let reads = &self.reads;
+        let result = store.apply_validated(&self.batch, opts, &|| {
+            if store.tracker().conflicts(start, &reads.borrow()) {
+                Err(KvError::Conflict)
+            } else {
+                Ok(())
+            }
+        });
+        store.tracker().end(start);
+        result
+    }
+}
+
+impl<B: OccBackend + ?Sized> Drop for OccTxn<'_, B> {
+    fn drop(&mut self) {
+        if let Some(start) = self.start.take() {
+            self.store.tracker().end(start);
+        }
     }
 }

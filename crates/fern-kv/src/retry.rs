@@ -54,6 +54,43 @@ impl RetryPolicy {
     }
 }
 
+/// The waits between the attempts of one retried operation, by a [`RetryPolicy`]: the one
+/// place that counts attempts and sleeps, for [`transact`] and for backends that retry
+/// internally (etcd's emulated upserts).
+#[derive(Debug)]
+pub struct Backoff {
+    policy: RetryPolicy,
+    seed: u64,
+    attempt: u32,
+}
+
+impl Backoff {
+    /// Backoff for an operation whose first attempt is under way.
+    pub fn new(policy: RetryPolicy) -> Self {
+        Self {
+            policy,
+            seed: jitter_seed(),
+            attempt: 1,
+        }
+    }
+
+    /// Call after a failed attempt: `false` when every attempt of the policy is used (no
+    /// sleep), otherwise sleeps the jittered backoff and returns `true` for one more attempt.
+    pub fn retry(&mut self) -> bool {
+        if self.attempt >= self.policy.max_attempts.max(1) {
+            return false;
+        }
+        std::thread::sleep(self.policy.backoff(self.attempt - 1, &mut self.seed));
+        self.attempt += 1;
+        true
+    }
+
+    /// Attempts made so far, the running one included.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+}
+
 /// Runs `body` in a fresh transaction and commits it, retrying on conflict according to
 /// `policy`. `body` may run several times, so it must have no side effects outside the
 /// transaction. After the last conflicting attempt the error is
@@ -82,9 +119,8 @@ where
     E: Retryable,
     F: FnMut(&mut dyn KvTxn) -> Result<(T, WriteOptions), E>,
 {
-    let mut seed = jitter_seed();
-    let attempts = policy.max_attempts.max(1);
-    for attempt in 0..attempts {
+    let mut backoff = Backoff::new(*policy);
+    loop {
         let mut txn = store.begin()?;
         let outcome = match body(&mut *txn) {
             Ok((value, opts)) => txn.commit(opts).map(|()| value).map_err(E::from),
@@ -92,14 +128,15 @@ where
         };
         match outcome {
             Err(e) if e.is_conflict() => {
-                if attempt + 1 < attempts {
-                    std::thread::sleep(policy.backoff(attempt, &mut seed));
+                if !backoff.retry() {
+                    return Err(E::from(KvError::RetriesExhausted {
+                        attempts: backoff.attempts(),
+                    }));
                 }
             }
             other => return other,
         }
     }
-    Err(E::from(KvError::RetriesExhausted { attempts }))
 }
 
 /// A per-call seed: jitter needs to differ between threads, not to be unpredictable.

@@ -303,4 +303,19 @@ impl Limits {
         max_key_len: 16 * 1024,
         max_value_len: 1 << 20,
     };
+
+    /// The stricter of `self` and `other` in every field: what a backend enforces when a
+    /// caller imposes limits on top of its own (e.g. etcd's, to test step splitting).
+    pub fn tightened(self, other: Limits) -> Limits {
+        let tighter = |a: Option<usize>, b: Option<usize>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Limits {
+            max_ops: tighter(self.max_ops, other.max_ops),
+            max_bytes: tighter(self.max_bytes, other.max_bytes),
+            max_key_len: self.max_key_len.min(other.max_key_len),
+            max_value_len: self.max_value_len.min(other.max_value_len),
+        }
+    }
 }

@@ -23,7 +23,8 @@ use super::image::{Access, CmdError, Image, DEFAULT_CACHE};
 /// Options of `fernfs fsck`.
 #[derive(Debug, Args)]
 pub struct FsckArgs {
-    /// Image file or block device (not mounted).
+    /// Image file or block device (not mounted), or `etcd://HOST:PORT[,...]/PREFIX` (check
+    /// only: nothing can tell yet whether another machine has it mounted).
     pub target: PathBuf,
     /// Repair what can be repaired safely (link counts, dangling entries, orphans, unnamed
     /// inodes into /lost+found, sizes below the stored data, leaked keys).
@@ -114,7 +115,25 @@ fn affected(kv: &dyn fern_kv::KvStore, tree: &str, bounds: (u64, u64)) -> Vec<St
     }
 }
 
+/// The file-system check of an etcd file system: its store has no engine trees to verify, and
+/// repair is refused because a mount elsewhere may be writing (docs/distributed.md §7).
+fn fsck_etcd(url: &str, args: &FsckArgs) -> Result<u8, CmdError> {
+    if args.repair {
+        return Err(CmdError::new(format!(
+            "{url}: --repair of an etcd file system is not supported yet: it needs every mount \
+             stopped, and fernfs cannot verify that (no mount registry in etcd yet)"
+        )));
+    }
+    let kv = super::etcd::open(url)?;
+    let r = check::check(&*kv).map_err(|e| CmdError::new(format!("{url}: {e}")))?;
+    summary(url, &r, args.verbose);
+    Ok(if r.is_clean() { OK } else { UNCORRECTED })
+}
+
 fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
+    if let Some(url) = super::etcd::url(&args.target) {
+        return fsck_etcd(url, args);
+    }
     let name = args.target.display().to_string();
     let access = if args.repair {
         Access::Repair

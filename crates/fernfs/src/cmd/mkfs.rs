@@ -38,7 +38,7 @@ pub enum CompressionArg {
 /// Options of `fernfs mkfs`.
 #[derive(Debug, Args)]
 pub struct MkfsArgs {
-    /// Image file (created if missing) or block device.
+    /// Image file (created if missing), block device, or `etcd://HOST:PORT[,...]/PREFIX`.
     pub target: PathBuf,
     /// Data block size of files: a power of two from 512 to 65536.
     #[arg(long, default_value_t = 4096)]
@@ -77,6 +77,9 @@ pub fn run(args: MkfsArgs) -> Result<(), CmdError> {
         )));
     }
     let t = &args.target;
+    if let Some(url) = super::etcd::url(t) {
+        return super::etcd::mkfs(url, args.block_size, args.force);
+    }
     let opts = Options {
         compression: match args.compression {
             CompressionArg::Lz4 => Compression::Lz4,

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod blockdev;
 pub mod daemon_log;
+pub mod etcd;
 pub mod fsck;
 pub mod holder;
 pub mod image;

@@ -39,7 +39,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Options of `fernfs mount`.
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// Image file made by `fernfs mkfs`.
+    /// Image file made by `fernfs mkfs`, or `etcd://HOST:PORT[,...]/PREFIX`.
     pub target: PathBuf,
     /// Directory to mount it on.
     pub mountpoint: PathBuf,
@@ -64,8 +64,14 @@ pub struct UmountArgs {
     pub lazy: bool,
 }
 
-fn parse_options(list: &[String]) -> Result<MountOptions, CmdError> {
+/// The options of a mount of `target`: an etcd mount starts from short TTLs, since other
+/// mounts change what the kernel caches (docs/distributed.md §7); `-o` overrides either.
+fn parse_options(target: &Path, list: &[String]) -> Result<MountOptions, CmdError> {
     let mut o = MountOptions::default();
+    if super::etcd::url(target).is_some() {
+        o.entry_ttl = super::etcd::SHARED_TTL;
+        o.attr_ttl = super::etcd::SHARED_TTL;
+    }
     for s in list {
         o.parse_into(s)?;
     }
@@ -74,11 +80,14 @@ fn parse_options(list: &[String]) -> Result<MountOptions, CmdError> {
 
 /// Runs `fernfs mount`.
 pub fn run(args: MountArgs) -> Result<(), CmdError> {
-    let opts = parse_options(&args.options)?;
-    let target = args
-        .target
-        .canonicalize()
-        .map_err(|e| CmdError::new(format!("{}: {e}", args.target.display())))?;
+    let opts = parse_options(&args.target, &args.options)?;
+    let target = match super::etcd::url(&args.target) {
+        Some(_) => args.target.clone(),
+        None => args
+            .target
+            .canonicalize()
+            .map_err(|e| CmdError::new(format!("{}: {e}", args.target.display())))?,
+    };
     let mp = args
         .mountpoint
         .canonicalize()
@@ -128,6 +137,9 @@ fn foreground(
     block_session_signals()?;
     // The logger first: from here on the daemon's stderr may be /dev/null.
     let log_place = super::daemon_log::install(opts.log.as_deref())?;
+    if let Some(url) = super::etcd::url(target) {
+        return foreground_etcd(url, mp, opts, notify, &log_place);
+    }
     let image = Image::open(target, opts.cache_size.unwrap_or(DEFAULT_CACHE)).inspect_err(|e| {
         log::error!("mount {} on {}: {e}", target.display(), mp.display());
     })?;
@@ -142,23 +154,7 @@ fn foreground(
             .into_bytes(),
         None => b"{}".to_vec(),
     });
-    let ready = || {
-        log::info!(
-            "{} mounted on {} (pid {}; logging to {log_place})",
-            target.display(),
-            mp.display(),
-            std::process::id()
-        );
-        if notify {
-            let mut out = std::io::stdout();
-            let _ = writeln!(out, "ready");
-            let _ = out.flush();
-        } else {
-            eprintln!("fernfs: {} mounted on {}", target.display(), mp.display());
-        }
-    };
-    let stopped = fern_fuse::serve(fs, mp, &opts, ready)
-        .map_err(|e| CmdError::new(format!("mount {}: {e}", mp.display())));
+    let stopped = serve(fs, mp, &opts, notify, &target.display().to_string(), &log_place);
     let closed = image.close();
     match (&stopped, &closed) {
         (Ok(_), Ok(())) => log::info!("{} unmounted; {} closed", mp.display(), target.display()),
@@ -177,6 +173,61 @@ fn foreground(
                 )
             }
         }
+    }
+    Ok(())
+}
+
+/// Serves `fs` on `mp` until unmounted or signalled, reporting readiness (on stdout to the
+/// parent when `notify`, else on stderr).
+fn serve(
+    fs: std::sync::Arc<fern_fs::Fs>,
+    mp: &Path,
+    opts: &MountOptions,
+    notify: bool,
+    source: &str,
+    log_place: &dyn std::fmt::Display,
+) -> Result<Stopped, CmdError> {
+    let ready = || {
+        log::info!(
+            "{source} mounted on {} (pid {}; logging to {log_place})",
+            mp.display(),
+            std::process::id()
+        );
+        if notify {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "ready");
+            let _ = out.flush();
+        } else {
+            eprintln!("fernfs: {source} mounted on {}", mp.display());
+        }
+    };
+    fern_fuse::serve(fs, mp, opts, ready)
+        .map_err(|e| CmdError::new(format!("mount {}: {e}", mp.display())))
+}
+
+/// An etcd mount: every write is durable in etcd when it returns, so there is no image to
+/// close at the end.
+fn foreground_etcd(
+    url: &str,
+    mp: &Path,
+    mut opts: MountOptions,
+    notify: bool,
+    log_place: &dyn std::fmt::Display,
+) -> Result<(), CmdError> {
+    let store = super::etcd::open(url).inspect_err(|e| log::error!("mount {url}: {e}"))?;
+    let fs = fern_fs::Fs::mount(store)
+        .map(std::sync::Arc::new)
+        .map_err(|e| CmdError::new(format!("{url}: cannot mount the file system: {e}")))?;
+    opts.fsname = super::etcd::fsname(url);
+    let stopped = serve(fs, mp, &opts, notify, url, log_place);
+    match &stopped {
+        Ok(_) => log::info!("{} unmounted ({url})", mp.display()),
+        Err(e) => log::error!("{}: {e}", mp.display()),
+    }
+    log::logger().flush();
+    let stopped = stopped?;
+    if !notify {
+        eprintln!("fernfs: {} unmounted ({stopped:?})", mp.display());
     }
     Ok(())
 }
@@ -237,9 +288,13 @@ pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
     let top = fern_fuse::top_mount(&table, mp)?;
     let src = PathBuf::from(&top.source);
     // Mounts made before fern-fuse mounted by itself had type "fuse"; a FUSE mount whose
-    // source is an existing file or block device is taken as ours.
+    // source is an existing file or block device (or an etcd file system's name) is taken as
+    // ours.
     let ours = top.fs_type == fern_fuse::FS_TYPE
-        || (top.fs_type == "fuse" && (src.is_file() || super::blockdev::is_block_device(&src)));
+        || (top.fs_type == "fuse"
+            && (src.is_file()
+                || super::blockdev::is_block_device(&src)
+                || super::etcd::is_fsname(&top.source)));
     ours.then_some(src)
 }
 

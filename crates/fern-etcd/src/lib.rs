@@ -1,0 +1,23 @@
+//! fern-etcd: the [`fern_kv::KvStore`] backend on etcd v3, the storage of fernfs's distributed
+//! mode. docs/distributed.md is its specification; this crate must follow it.
+//!
+//! * [`keys`]: where each fern-kv key lives in etcd (one prefix per file system).
+//! * [`plan`]: how a [`fern_kv::WriteBatch`] becomes one etcd Txn (upserts emulated, one op per
+//!   key, range deletes split, etcd's limits checked before anything is sent).
+//! * [`EtcdStore`]: reads, batch application with bounded retries, the async client behind a
+//!   runtime owned by the store; [`txn`] its optimistic transactions (compare on mod_revision).
+//! * [`EtcdConfig`]: endpoints, prefix, deadline; parsed from `etcd://HOST:PORT[,…]/PREFIX`.
+//! * [`local`]: a private etcd on loopback for tests and scripts.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+pub mod keys;
+pub mod local;
+pub mod plan;
+mod store;
+mod txn;
+
+pub use config::{BadUrl, EtcdConfig};
+pub use store::{EtcdStore, ETCD_LIMITS};

@@ -1,0 +1,281 @@
+//! [`LocalEtcd`]: a private single-member etcd on loopback, for tests and scripts
+//! (docs/distributed.md §9). It owns the server process, its ports and its data directory; it
+//! must never touch an etcd it did not start (the Debian package's service included).
+//!
+//! The server runs under a small `sh` guard that reads the pipe this process holds: when the
+//! handle is dropped, or the process exits or is killed, the pipe closes and the guard stops
+//! etcd by its PID (waking it first if a test froze it) and removes the data directory. So a
+//! test binary may keep one server in a `static` and still leave nothing behind.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::EtcdConfig;
+
+/// Waits for a started server to report healthy.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+const GUARD: &str = r#"
+dir=$1; shift
+etcd "$@" >"$dir/etcd.log" 2>&1 &
+pid=$!
+echo "$pid" >"$dir/etcd.pid"
+read -r _ || true
+kill "$pid" 2>/dev/null
+kill -CONT "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+rm -rf "$dir"
+"#;
+
+/// A running private etcd: one member, or a cluster of several on loopback.
+#[derive(Debug)]
+pub struct LocalEtcd {
+    members: Vec<Member>,
+}
+
+/// One member: its guard process, client endpoint and directory.
+#[derive(Debug)]
+struct Member {
+    guard: Child,
+    endpoint: String,
+    client_port: u16,
+    dir: PathBuf,
+}
+
+impl LocalEtcd {
+    /// True when an `etcd` binary is on `PATH`.
+    pub fn binary_available() -> bool {
+        Command::new("etcd")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts a single-member server on free loopback ports with a fresh data directory
+    /// (under `/dev/shm` when it exists) and waits until it is healthy.
+    pub fn start() -> std::io::Result<Self> {
+        Self::start_cluster(1)
+    }
+
+    /// Starts a cluster of `members` members (3 for the fault tests), each on its own ports
+    /// and data directory, and waits until every member is healthy.
+    pub fn start_cluster(members: usize) -> std::io::Result<Self> {
+        let mut last = None;
+        // A port the kernel handed out may be taken again before etcd binds it: retry.
+        for _ in 0..3 {
+            match Self::try_start(members.max(1)) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("etcd did not start")))
+    }
+
+    fn try_start(n: usize) -> std::io::Result<Self> {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let run = format!(
+            "fern-etcd-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut ports = Vec::new();
+        for _ in 0..n {
+            ports.push((free_port()?, free_port()?));
+        }
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let initial = initial.join(",");
+        let mut cluster = Self {
+            members: Vec::new(),
+        };
+        for (i, (client, peer)) in ports.into_iter().enumerate() {
+            let dir = base.join(format!("{run}-m{i}"));
+            std::fs::create_dir_all(&dir)?;
+            let endpoint = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let guard = Command::new("sh")
+                .arg("-c")
+                .arg(GUARD)
+                .arg("fern-etcd-guard")
+                .arg(&dir)
+                .args(["--name", &format!("m{i}")])
+                .arg("--data-dir")
+                .arg(dir.join("data"))
+                .args(["--listen-client-urls", &endpoint])
+                .args(["--advertise-client-urls", &endpoint])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--auto-compaction-mode", "revision"])
+                .args(["--auto-compaction-retention", "1000"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            cluster.members.push(Member {
+                guard,
+                endpoint,
+                client_port: client,
+                dir,
+            });
+        }
+        for m in &cluster.members {
+            m.wait_healthy()?;
+        }
+        Ok(cluster)
+    }
+
+    /// Freezes every member (SIGSTOP): they keep their connections but answer nothing, as a
+    /// partitioned or overloaded cluster does. [`LocalEtcd::resume`] thaws them.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.members.iter().try_for_each(|m| m.signal("STOP"))
+    }
+
+    /// Thaws paused members (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.members.iter().try_for_each(|m| m.signal("CONT"))
+    }
+
+    /// Kills member `i` with SIGKILL (a crash: no shutdown, no goodbye to its peers).
+    pub fn kill_member(&self, i: usize) -> std::io::Result<()> {
+        self.members
+            .get(i)
+            .ok_or_else(|| std::io::Error::other(format!("no member {i}")))?
+            .signal("KILL")
+    }
+
+    /// The client endpoint of the first member, `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.members[0].endpoint
+    }
+
+    /// Every member's client endpoint.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.endpoint.clone()).collect()
+    }
+
+    /// The configuration of a file system under `prefix` on this server (every member).
+    pub fn config(&self, prefix: &str) -> EtcdConfig {
+        EtcdConfig::new(self.endpoints(), prefix.as_bytes())
+    }
+
+    /// The `etcd://` URL of a file system under `prefix` on this server (every member).
+    pub fn url(&self, prefix: &str) -> String {
+        let hosts: Vec<&str> = self
+            .members
+            .iter()
+            .map(|m| m.endpoint.trim_start_matches("http://"))
+            .collect();
+        format!("{}{}/{prefix}", crate::config::SCHEME, hosts.join(","))
+    }
+}
+
+impl Member {
+    fn wait_healthy(&self) -> std::io::Result<()> {
+        let start = Instant::now();
+        while start.elapsed() < READY_TIMEOUT {
+            if health(self.client_port) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+        let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join("\n");
+        Err(std::io::Error::other(format!(
+            "etcd on {} not healthy after {READY_TIMEOUT:?}; log tail:\n{tail}",
+            self.endpoint
+        )))
+    }
+
+    fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let pid = std::fs::read_to_string(self.dir.join("etcd.pid"))?;
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.trim())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "kill -{sig} {} failed",
+                pid.trim()
+            )))
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        // Closing the pipe tells the guard to stop etcd and remove the data directory.
+        drop(self.guard.stdin.take());
+        let _ = self.guard.wait();
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// True when etcd's `/health` answers `"health":"true"`.
+fn health(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
+
+/// The test rule for etcd (docs/distributed.md §9): a server for this test binary, or `None`
+/// (after saying so) when no `etcd` binary is installed — unless `FERN_REQUIRE_ETCD=1`, where
+/// a missing or failing etcd fails the test instead of skipping it.
+pub fn shared_for_tests() -> Option<&'static LocalEtcd> {
+    static SERVER: std::sync::OnceLock<Option<LocalEtcd>> = std::sync::OnceLock::new();
+    let required = std::env::var("FERN_REQUIRE_ETCD").is_ok_and(|v| v == "1");
+    let server = SERVER.get_or_init(|| {
+        if !LocalEtcd::binary_available() {
+            assert!(
+                !required,
+                "FERN_REQUIRE_ETCD=1 but no etcd binary on PATH (apt-get install etcd-server)"
+            );
+            eprintln!("SKIPPED: no etcd binary on PATH (apt-get install etcd-server)");
+            return None;
+        }
+        match LocalEtcd::start() {
+            Ok(s) => Some(s),
+            Err(e) => panic!("could not start a private etcd: {e}"),
+        }
+    });
+    server.as_ref()
+}
+
+/// A fresh prefix for one store of a test (unique within the process and across processes).
+pub fn unique_prefix(what: &str) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{what}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    )
+}
