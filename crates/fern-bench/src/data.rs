@@ -6,9 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Key length of the engine workloads (WORKLOADS.md E1).
+/// Key length of the engine workloads (docs/workloads.md E1).
 pub const KEY_LEN: usize = 16;
-/// Value length of the engine workloads (WORKLOADS.md E1).
+/// Value length of the engine workloads (docs/workloads.md E1).
 pub const VALUE_LEN: usize = 100;
 
 /// splitmix64's output function: a bijective 64-bit mixer.

@@ -162,7 +162,7 @@ impl System {
         System::Fjall,
     ];
 
-    /// Name used on the command line and in reports (WORKLOADS.md "Reporting").
+    /// Name used on the command line and in reports (docs/workloads.md "Reporting").
     pub fn name(self) -> &'static str {
         match self {
             System::FernTree => "fern-tree",

@@ -1,4 +1,4 @@
-//! fern-bench: the benchmark harness of fernfs (shared/WORKLOADS.md): the engine workloads
+//! fern-bench: the benchmark harness of fernfs (docs/workloads.md): the engine workloads
 //! E1–E7 and E9 (below) and the file-system workloads F1–F10 ([`fs`]).
 //!
 //! It owns: the [`Engine`] trait every engine under test is driven through, one thin adapter

@@ -1,7 +1,6 @@
 //! What the kernel says about this process and machine, read the same way for every engine:
 //! bytes written to storage (/proc/self/io), peak RSS (VmHWM), space a directory occupies,
 //! the page cache drop before cold reads, and the machine description of a report.
-#![allow(unsafe_code)]
 
 use std::fs;
 use std::io;
@@ -87,8 +86,7 @@ pub fn dir_usage(path: &Path) -> io::Result<(u64, u64)> {
 
 /// Writes every dirty page of the machine back (sync(2)).
 pub fn sync_all() {
-    // SAFETY: sync(2) takes no arguments, touches no memory of ours and cannot fail.
-    unsafe { libc::sync() };
+    rustix::fs::sync();
 }
 
 /// Drops the OS page cache (`sync; echo 3 > /proc/sys/vm/drop_caches`) when running as root.

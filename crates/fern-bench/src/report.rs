@@ -1,4 +1,4 @@
-//! Records (the JSON format of WORKLOADS.md "Reporting"), medians over repetitions and the
+//! Records (the JSON format of docs/workloads.md "Reporting"), medians over repetitions and the
 //! markdown table.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The engine workloads E1–E7 and E9 of shared/WORKLOADS.md, grouped into *scenarios*: the work one
+//! The engine workloads E1–E7 and E9 of docs/workloads.md, grouped into *scenarios*: the work one
 //! child process does on one fresh database.
 //!
 //! - `random` (per value kind): E1 random inserts, close (E7 space and write amplification are
@@ -27,7 +27,7 @@ use crate::procinfo;
 use crate::report::Record;
 use crate::{BenchError, Result};
 
-/// A workload id of WORKLOADS.md.
+/// A workload id of docs/workloads.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Workload {
     /// Random inserts.

@@ -14,6 +14,7 @@ use fern_bench::fs::workloads::{
 use fern_bench::fs::{FsSizes, FsWorkload};
 use fern_bench::runner::Silent;
 use fern_bench::Isolation;
+use fern_testkit::{skipped, Need};
 
 const CACHE: u64 = 8 << 20;
 
@@ -122,7 +123,7 @@ fn every_workload_runs_and_checks_clean_on_fernfs_lib() {
         .map(|r| r.threads)
         .collect();
     assert_eq!(f1, vec![Some(1), Some(3)]);
-    // The JSON has the fields of WORKLOADS.md "Reporting".
+    // The JSON has the fields of docs/workloads.md "Reporting".
     let json = serde_json::to_value(&out.medians).unwrap();
     for r in json.as_array().unwrap() {
         for k in ["workload", "system", "value", "unit"] {
@@ -546,19 +547,15 @@ impl fern_bench::fs::posix::MountGuard for DirGuard {
 
 #[test]
 fn postmark_and_applications_run_on_a_mount_and_are_checked() {
-    let have = |p: &str| {
-        std::process::Command::new(p)
-            .arg("--version")
-            .output()
-            .is_ok()
-    };
-    if !["git", "tar", "cp"].iter().all(|p| have(p))
-        || std::process::Command::new("postmark")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .is_err()
-    {
-        println!("SKIPPED: postmark, git, tar or cp missing");
+    let tools = fern_testkit::programs(&["git", "tar", "cp"]).and_then(|()| {
+        // postmark has no --version; it reads commands from stdin and exits at its end.
+        if fern_testkit::program_available("postmark", &[]) {
+            Ok(())
+        } else {
+            Err("missing: postmark".to_string())
+        }
+    });
+    if skipped(Need::Tools, tools) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -613,7 +610,7 @@ fn fs_mark_plan_keeps_directories_small_and_the_total_exact() {
         FsMarkPlan::new(1_000_000, 4, 128).unwrap().per_dir,
         vec![15_625; 16]
     );
-    // Invocation 2 of a 4-thread plan gets the next four top directories, with WORKLOADS.md's
+    // Invocation 2 of a 4-thread plan gets the next four top directories, with docs/workloads.md's
     // arguments.
     let p = FsMarkPlan::new(200_000, 4, 128).unwrap();
     let args = p.args(2, 200, false, std::path::Path::new("/l"));
@@ -656,11 +653,12 @@ fn real_tree(dir: &std::path::Path, size: u64) -> (u64, u64, u64, u64) {
 }
 
 fn fs_mark_installed() -> bool {
-    if fern_bench::fs::fsmark::fs_mark_available() {
-        return true;
-    }
-    println!("SKIPPED: fs_mark missing (apt-get install fsmark; CI installs it)");
-    false
+    let check = if fern_bench::fs::fsmark::fs_mark_available() {
+        Ok(())
+    } else {
+        Err("fs_mark missing (apt-get install fsmark; CI installs it)")
+    };
+    !skipped(Need::Tools, check)
 }
 
 /// Runs one fs_mark task on a plain directory posing as a mount; returns the output and the
@@ -788,7 +786,10 @@ fn device_limits_are_measured_by_fio_or_noted() {
     if !limits::fio_available() {
         assert!(lim.is_empty());
         assert!(out.notes.iter().any(|n| n.contains("fio is not installed")));
-        println!("SKIPPED: fio missing (apt-get install fio; CI installs it)");
+        skipped(
+            Need::Tools,
+            Err("fio missing (apt-get install fio; CI installs it)"),
+        );
         return;
     }
     let units: Vec<&str> = lim.iter().map(|r| r.unit.as_str()).collect();
@@ -823,10 +824,14 @@ fn fio_reports_are_read_and_failures_refused() {
 #[test]
 fn memory_cap_holds_its_processes_and_reads_back_their_peak() {
     use fern_bench::fs::runner::{memcg_of, MemCap};
-    if !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
-        || !fern_bench::procinfo::is_root()
-    {
-        println!("SKIPPED: needs root and the cgroup v1 memory controller");
+    let memcg = if !fern_bench::procinfo::is_root() {
+        Err("needs root")
+    } else if !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        Err("needs the cgroup v1 memory controller")
+    } else {
+        Ok(())
+    };
+    if skipped(Need::Tools, memcg) {
         return;
     }
     let own = memcg_of("self").unwrap();

@@ -1,6 +1,6 @@
 //! Tests of the harness on tiny sizes: every compiled adapter gives the answers of a model
 //! (conformance), every workload checks the answers it gets (a wrong engine is caught), and
-//! the JSON has the fields of WORKLOADS.md "Reporting".
+//! the JSON has the fields of docs/workloads.md "Reporting".
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -111,11 +111,28 @@ pub struct Stat {
     pub mtime: Timespec,
     /// Last status change.
     pub ctime: Timespec,
-    /// Device number of a character or block device.
+    /// Device number of a character or block device. For a regular file the same 8 bytes hold
+    /// its stored data blocks + 1, 0 meaning "not counted" (images written before the count
+    /// existed): see [`Stat::stored_blocks`]. A regular file has no device number, so the
+    /// field was always 0 there, and old images decode unchanged.
     pub rdev: u64,
 }
 
 impl Stat {
+    /// Data blocks stored for a regular file (holes excluded), or `None` when not counted
+    /// (other types, and files written before the count existed).
+    pub fn stored_blocks(&self) -> Option<u64> {
+        let regular = self.mode & S_IFMT == FileType::Regular.mode_bits();
+        (regular && self.rdev != 0).then(|| self.rdev - 1)
+    }
+
+    /// Records `n` stored data blocks (regular files only; other types keep their rdev).
+    pub fn set_stored_blocks(&mut self, n: u64) {
+        if self.mode & S_IFMT == FileType::Regular.mode_bits() {
+            self.rdev = n.saturating_add(1);
+        }
+    }
+
     /// A fresh inode's stat: all three times `now`.
     pub fn new(mode: u32, uid: u32, gid: u32, nlink: u32, now: Timespec) -> Stat {
         Stat {
@@ -168,20 +185,31 @@ impl Stat {
 
     /// The public view of this stat for inode `ino`.
     pub fn to_attr(&self, ino: InodeId, blksize: u32) -> FsResult<Attr> {
+        let kind = self.kind()?;
+        // Stored blocks in 512-byte units (a short last block counts whole, as a block file
+        // system allocates it); uncounted files report the upper bound their size implies.
+        let blocks = match self.stored_blocks() {
+            Some(n) => n.saturating_mul(u64::from(blksize) / 512),
+            None => self.size.div_ceil(512),
+        };
+        let rdev = if kind == FileType::Regular {
+            0
+        } else {
+            self.rdev
+        };
         Ok(Attr {
             ino,
-            kind: self.kind()?,
+            kind,
             perm: self.mode & 0o7777,
             nlink: self.nlink,
             uid: self.uid,
             gid: self.gid,
             size: self.size,
-            // Holes are not tracked per file, so this is the upper bound the size implies.
-            blocks: self.size.div_ceil(512),
+            blocks,
             atime: self.atime,
             mtime: self.mtime,
             ctime: self.ctime,
-            rdev: self.rdev,
+            rdev,
             blksize,
         })
     }
@@ -204,7 +232,7 @@ pub struct Attr {
     pub gid: u32,
     /// Size in bytes.
     pub size: u64,
-    /// 512-byte blocks (an upper bound).
+    /// 512-byte blocks stored (regular files: data blocks really stored, holes excluded).
     pub blocks: u64,
     /// Last access.
     pub atime: Timespec,

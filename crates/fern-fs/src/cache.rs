@@ -4,6 +4,8 @@
 //! anything: dropping it (a crash) loses nothing the store does not also know, except which
 //! files were open (the orphan records cover that).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use foldhash::{HashMap, HashSet, HashSetExt};
 
 use parking_lot::Mutex;
@@ -40,15 +42,52 @@ pub struct Known {
     pub opens: u32,
     /// Unlinked while open: freed at the last release.
     pub orphan: bool,
+    /// A regular file's size and stored blocks, once an operation needed them (stored.rs).
+    pub(crate) shape: Option<crate::stored::Shape>,
 }
 
 /// The inode table.
 #[derive(Default)]
 pub struct Inodes {
     map: Mutex<HashMap<InodeId, Known>>,
+    /// Bumped by every committed change of a file's shape: a lookup that read a stat seeds
+    /// the shape from it only if no change committed since it started (stored.rs).
+    shape_epoch: AtomicU64,
 }
 
 impl Inodes {
+    /// The current shape epoch; read before reading a stat that may seed a shape.
+    pub(crate) fn shape_epoch(&self) -> u64 {
+        self.shape_epoch.load(Ordering::Acquire)
+    }
+
+    /// The shape of `id`, if known (without cloning the rest of its entry: every write asks).
+    pub(crate) fn shape(&self, id: InodeId) -> Option<crate::stored::Shape> {
+        self.map.lock().get(&id).and_then(|k| k.shape)
+    }
+
+    /// Records a committed shape change of `id`.
+    pub(crate) fn set_shape(&self, id: InodeId, shape: crate::stored::Shape) {
+        let mut m = self.map.lock();
+        self.shape_epoch.fetch_add(1, Ordering::AcqRel);
+        if let Some(k) = m.get_mut(&id) {
+            k.shape = Some(shape);
+        }
+    }
+
+    /// Gives `id` the shape a stat read since `epoch` showed, unless it has one or a shape
+    /// changed meanwhile (then the read may be stale, and the first operation that needs the
+    /// shape reads it under the inode's lock).
+    pub(crate) fn seed_shape(&self, id: InodeId, shape: crate::stored::Shape, epoch: u64) {
+        let mut m = self.map.lock();
+        if self.shape_epoch.load(Ordering::Acquire) != epoch {
+            return;
+        }
+        if let Some(k) = m.get_mut(&id) {
+            k.shape.get_or_insert(shape);
+        }
+    }
+
     /// Records a lookup of `id` (pin count + 1) at `loc`.
     pub fn pin(&self, id: InodeId, loc: Loc, kind: FileType) {
         let mut m = self.map.lock();
@@ -58,6 +97,7 @@ impl Inodes {
             lookups: 0,
             opens: 0,
             orphan: false,
+            shape: None,
         });
         e.loc = loc;
         e.lookups = e.lookups.saturating_add(1);

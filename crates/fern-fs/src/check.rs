@@ -18,7 +18,8 @@
 //! * F4 a directory's link count is 2 + its subdirectories.
 //! * F5 a symlink's size is its target's length.
 //! * F6 no stored data byte at or beyond the file size (D1), blocks no longer than the block
-//!   size, data only for regular files.
+//!   size, data only for regular files; a counted file's stored-block count is its number of
+//!   stored blocks (D2).
 //! * F7 orphan records name unreferenced inodes (a pending orphan — a file unlinked while
 //!   open before a crash — is normal and freed by the next mount); every inode record is
 //!   named, orphaned or the root; no data, xattrs or keys belonging to no inode.
@@ -1129,6 +1130,24 @@ fn analyze(s: &Scan) -> Report {
             );
         }
     }
+    // D2: a counted file's stored-block count (its st_blocks) equals its stored blocks.
+    let mut counted: Vec<u64> = home.keys().copied().collect();
+    counted.sort_unstable();
+    for id in counted {
+        let Some(n) = stat_of(id).and_then(Stat::stored_blocks) else {
+            continue;
+        };
+        let have = s.data.get(&id).map_or(0, |d| d.blocks);
+        if n != have {
+            c.push(
+                "F6",
+                ST_COUNTS,
+                format!("inode {id}: counts {n} stored blocks, has {have}"),
+                rewrite(id, &|st| st.set_stored_blocks(have))
+                    .map(|f| (format!("set the count to {have}"), vec![f])),
+            );
+        }
+    }
     for (&id, &n) in &s.xattrs {
         if !live(id) {
             let (lo, hi) = schema::id_prefix_range(InodeId(id));
@@ -1171,4 +1190,65 @@ fn analyze(s: &Scan) -> Report {
     }
     report.findings = c.out;
     report
+}
+
+/// Paths of the directory entries naming an inode in `lo..=hi` (at most `limit` of them, by
+/// entry order), built from the entry tree alone: fsck uses it to say which files and
+/// directories a damaged engine node affects, while that node's own tree cannot be read (as
+/// e2fsck names the files of a bad block). Fails if the entry tree cannot be read either.
+pub fn paths_of(
+    kv: &dyn KvStore,
+    lo: u64,
+    hi: u64,
+    limit: usize,
+) -> FsResult<Vec<(InodeId, Vec<u8>)>> {
+    let t = Trees::open(kv)?;
+    // child -> (parent, name), and the entries that hit the range.
+    let mut up: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
+    let mut hits = Vec::new();
+    scan_tree(kv, t.dentry, |k, v| {
+        let (Some(parent), Ok(d)) = (prefix_id(&k), Dentry::decode(&v)) else {
+            return;
+        };
+        let child = d.id().0;
+        let name = k[8..].to_vec();
+        if (lo..=hi).contains(&child) && hits.len() < limit {
+            hits.push((child, parent, name.clone()));
+        }
+        up.entry(child).or_insert((parent, name));
+    })?;
+    let path = |mut id: u64, leaf: Vec<u8>| {
+        let mut parts = vec![leaf];
+        // Bounded: a damaged image may hold a cycle.
+        for _ in 0..4096 {
+            if id == InodeId::ROOT.0 {
+                break;
+            }
+            match up.get(&id) {
+                Some((p, name)) => {
+                    parts.push(name.clone());
+                    id = *p;
+                }
+                None => {
+                    parts.push(format!("?{id}").into_bytes());
+                    break;
+                }
+            }
+        }
+        parts.reverse();
+        let mut out = Vec::new();
+        for p in parts {
+            out.push(b'/');
+            out.extend_from_slice(&p);
+        }
+        out
+    };
+    let mut out: Vec<(InodeId, Vec<u8>)> = hits
+        .into_iter()
+        .map(|(child, parent, name)| (InodeId(child), path(parent, name)))
+        .collect();
+    if (lo..=hi).contains(&InodeId::ROOT.0) && out.len() < limit {
+        out.insert(0, (InodeId::ROOT, b"/".to_vec()));
+    }
+    Ok(out)
 }

@@ -23,10 +23,8 @@ use crate::upsert::{BlockOp, StatDelta, FN_BLOCK};
 pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
 /// fallocate: deallocate the range (with KEEP_SIZE).
 pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
-
-/// Atime is refreshed on read when older than this, or not newer than mtime/ctime (relatime):
-/// a read does not write on every call (TiFS wrote atime on every read).
-const RELATIME_SECS: i64 = 24 * 3600;
+/// fallocate: make the range read as zeros (extending the size unless KEEP_SIZE).
+pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 
 impl Fs {
     /// Reads up to `size` bytes of `ino` at `offset`; short at end of file.
@@ -80,37 +78,6 @@ impl Fs {
         Ok(out)
     }
 
-    /// Sets atime to now when the relatime rule says it is stale (see `RELATIME_SECS`).
-    pub(crate) fn touch_atime(&self, ino: InodeId, stat: &crate::attr::Stat) -> FsResult<()> {
-        let now = Timespec::now();
-        let stale = stat.atime <= stat.mtime
-            || stat.atime <= stat.ctime
-            || now.sec - stat.atime.sec >= RELATIME_SECS;
-        if !stale {
-            return Ok(());
-        }
-        let _g = self.locks.lock(&[ino]);
-        let Ok((loc, _)) = self.loc(ino) else {
-            return Ok(());
-        };
-        let mut b = WriteBatch::new();
-        self.upsert_stat(
-            &mut b,
-            ino,
-            &loc,
-            &StatDelta {
-                atime: Some(now),
-                ..StatDelta::default()
-            },
-        )?;
-        match self.kv.write(b, WriteOptions::NO_SYNC) {
-            // A read must not fail because its atime could not be recorded: a full store
-            // refuses new data (format.md B12), and an atime is not worth its reserve.
-            Err(fern_kv::KvError::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => Ok(()),
-            r => Ok(r?),
-        }
-    }
-
     /// Writes `data` through handle `fh` at `offset` (at the end of file for O_APPEND
     /// handles); returns the bytes written.
     pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> FsResult<usize> {
@@ -134,11 +101,10 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let offset = if append {
-            self.read_inode_at(&*self.kv, ino, &loc)?.stat.size
-        } else {
-            offset
-        };
+        // The file's size and stored blocks (one stat read the first time this mount writes
+        // an existing file it did not create or truncate; exact from then on, stored.rs).
+        let mut shape = self.shape(ino, &loc)?;
+        let offset = if append { shape.size } else { offset };
         if offset
             .checked_add(data.len() as u64)
             .is_none_or(|end| end > MAX_FILE_SIZE)
@@ -185,16 +151,20 @@ impl Fs {
                 }
                 p += take;
             }
+            let after = self.shape_after_write(ino, &shape, pos, pos + n as u64)?;
             let d = StatDelta {
                 size_at_least: Some(pos + n as u64),
                 mtime: Some(now),
                 ctime: Some(now),
                 // Blind: the update function clears the bits only if they are set.
                 kill_suid,
+                stored_blocks: Some(after.stored),
                 ..StatDelta::default()
             };
             self.upsert_stat(&mut b, ino, &loc, &d)?;
             self.kv.write(b, WriteOptions::NO_SYNC)?;
+            shape = after;
+            self.set_shape(ino, shape);
             done += n;
         }
         Ok(data.len())
@@ -221,13 +191,20 @@ impl Fs {
     }
 
     /// fallocate: mode 0 (extend size), KEEP_SIZE (nothing to reserve: space is not
-    /// preallocated), PUNCH_HOLE|KEEP_SIZE (zero the range, dropping whole blocks).
+    /// preallocated), PUNCH_HOLE|KEEP_SIZE (zero the range, dropping whole blocks), and
+    /// ZERO_RANGE (the same range delete plus zeroed partial edges, extending the size unless
+    /// KEEP_SIZE: a zeroed range reads as zeros whether it is stored or a hole). COLLAPSE_RANGE
+    /// and INSERT_RANGE are EOPNOTSUPP: blocks are keyed by their number, so shifting the
+    /// tail of a file rewrites every block after the range (docs/fuse.md).
     pub fn fallocate(&self, ino: InodeId, mode: u32, offset: u64, len: u64) -> FsResult<()> {
-        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
+        let known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 {
             return Err(FsError::NotSupported);
         }
         let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
-        if punch && mode & FALLOC_FL_KEEP_SIZE == 0 {
+        let zero = mode & FALLOC_FL_ZERO_RANGE != 0;
+        // Linux: a hole punch must keep the size, and punch and zero exclude each other.
+        if punch && (zero || mode & FALLOC_FL_KEEP_SIZE == 0) {
             return Err(FsError::NotSupported);
         }
         if len == 0 {
@@ -247,15 +224,22 @@ impl Fs {
         let now = Timespec::now();
         let mut b = WriteBatch::new();
         let mut d = StatDelta::default();
-        if punch {
-            self.punch_blocks(&mut b, ino, offset, end);
-            d.mtime = Some(now);
-            d.ctime = Some(now);
-        } else if mode & FALLOC_FL_KEEP_SIZE == 0 {
+        let shape = self.shape(ino, &loc)?;
+        let mut after = shape;
+        if !punch && mode & FALLOC_FL_KEEP_SIZE == 0 {
             d.size_at_least = Some(end);
             d.mtime = Some(now);
             d.ctime = Some(now);
-        } else {
+            after.size = after.size.max(end);
+        }
+        if punch || zero {
+            let (lo, hi) = self.punch_blocks(&mut b, ino, offset, end);
+            after = self.shape_after_punch(ino, &shape, lo, hi, after.size)?;
+            d.mtime = Some(now);
+            d.ctime = Some(now);
+            d.stored_blocks = Some(after.stored);
+        }
+        if d == StatDelta::default() {
             return Ok(());
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;
@@ -265,10 +249,13 @@ impl Fs {
             WriteOptions::NO_SYNC
         };
         self.kv.write(b, opts)?;
+        self.set_shape(ino, after);
         Ok(())
     }
 
-    fn punch_blocks(&self, b: &mut WriteBatch, ino: InodeId, start: u64, end: u64) {
+    /// Appends the zeroing of `[start, end)`: a range delete of the whole blocks in it and
+    /// zeroed edges. Returns the range of block numbers deleted.
+    fn punch_blocks(&self, b: &mut WriteBatch, ino: InodeId, start: u64, end: u64) -> (u64, u64) {
         let bs = u64::from(self.sb.block_size);
         let first_full = start.div_ceil(bs);
         let end_full = end / bs;
@@ -304,5 +291,6 @@ impl Fs {
                 zero.encode(),
             );
         }
+        (first_full, end_full.max(first_full))
     }
 }

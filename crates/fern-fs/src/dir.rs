@@ -168,9 +168,15 @@ impl Fs {
         Ok(out)
     }
 
-    /// Opens directory `dir` for a FUSE-style listing with u64 offsets.
+    /// Opens directory `dir` for a FUSE-style listing with u64 offsets. Like a file handle,
+    /// the handle keeps the directory alive if it is removed meanwhile (see
+    /// [`Fs::releasedir`]).
     pub fn opendir(&self, dir: InodeId) -> FsResult<Fh> {
-        self.require_dir(dir)?;
+        {
+            let _g = self.locks.lock(&[dir]);
+            self.require_dir(dir)?;
+            self.inodes.update(dir, |k| k.opens += 1);
+        }
         let fh = Fh(self.next_fh.fetch_add(1, Ordering::Relaxed));
         let h = Handle {
             ino: dir,
@@ -315,12 +321,9 @@ impl Fs {
         Ok(Some(e))
     }
 
-    /// Closes a directory handle.
+    /// Closes a directory handle; the last close of a removed directory frees it, as
+    /// [`Fs::release`] does for files (it is the same bookkeeping).
     pub fn releasedir(&self, fh: Fh) -> FsResult<()> {
-        self.handles
-            .lock()
-            .remove(&fh)
-            .map(|_| ())
-            .ok_or(FsError::BadHandle)
+        self.release(fh)
     }
 }

@@ -79,10 +79,14 @@ pub struct Fs {
     pub(crate) inodes: Inodes,
     pub(crate) names: NameCache,
     pub(crate) dirents: DirEntries,
-    pub(crate) dir_groups: crate::owner::DirGroups,
+    pub(crate) dir_table: crate::owner::DirTable,
     pub(crate) handles: Mutex<HashMap<Fh, Handle>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) policy: RetryPolicy,
+    /// Mounted with [`Fs::mount_read_only`]: reads never refresh atime (as a read-only mount
+    /// of any file system), so they never write.
+    pub(crate) read_only: bool,
+    pub(crate) atime: crate::atime::AtimeSetting,
 }
 
 impl Fs {
@@ -126,6 +130,16 @@ impl Fs {
     /// Mounts the file system in `kv`, freeing the data of files that were unlinked while open
     /// when the previous mount stopped (nothing can hold them open any more).
     pub fn mount(kv: Arc<dyn KvStore>) -> FsResult<Fs> {
+        let mut fs = Self::mount_read_only(kv)?;
+        fs.read_only = false;
+        fs.clean_orphans()?;
+        Ok(fs)
+    }
+
+    /// Mounts the file system in `kv` without writing anything: files unlinked while open stay
+    /// pending for the next read-write mount. For checkers and exporters on a store opened
+    /// read-only (every write then fails with the store's error).
+    pub fn mount_read_only(kv: Arc<dyn KvStore>) -> FsResult<Fs> {
         let t = Trees::open(&*kv)?;
         let sb = match kv.get(t.meta, schema::SUPER_KEY)? {
             Some(v) => Superblock::decode(&v)?,
@@ -140,14 +154,15 @@ impl Fs {
             inodes: Inodes::default(),
             names: NameCache::default(),
             dirents: DirEntries::default(),
-            dir_groups: Default::default(),
+            dir_table: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             policy: RetryPolicy::default(),
+            read_only: true,
+            atime: Default::default(),
         };
         fs.inodes
             .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);
-        fs.clean_orphans()?;
         Ok(fs)
     }
 

@@ -13,6 +13,7 @@ use crate::error::{FsError, FsResult};
 use crate::fs::{Fs, Handle, MAX_FILE_SIZE, NAME_MAX};
 use crate::ids::{Fh, InodeId};
 use crate::perm::Cred;
+use crate::stored::Shape;
 use crate::upsert::StatDelta;
 
 /// How a file is opened.
@@ -66,6 +67,19 @@ impl Fs {
         self.attr_of(ino, &inode)
     }
 
+    /// access(2): whether `cred` may access `ino` with `mask` (`perm::MAY_*`), by its mode and
+    /// access ACL ([`crate::perm::check_access_acl`]). The ACL is read only when it can
+    /// matter (the caller is neither root nor the owner).
+    pub fn access(&self, cred: &Cred, ino: InodeId, mask: u32) -> FsResult<()> {
+        let attr = self.getattr(ino)?;
+        let acl = if cred.uid == 0 || cred.uid == attr.uid {
+            None
+        } else {
+            self.access_acl(ino)?
+        };
+        crate::perm::check_access_acl(&attr, acl.as_ref(), cred, mask)
+    }
+
     /// Changes attributes of `ino`; returns the new attributes. Applies no rule that depends
     /// on the caller (for trusted callers, or callers that apply them); see [`Fs::setattr_as`].
     pub fn setattr(&self, ino: InodeId, sa: &SetAttr) -> FsResult<Attr> {
@@ -85,7 +99,7 @@ impl Fs {
         let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
         if kind == FileType::Directory {
             // Under this directory's lock, like every create in it (owner.rs).
-            self.dir_groups.note(ino, &inode.stat);
+            self.dir_table.note_stat(ino, &inode.stat);
         }
         self.attr_of(ino, &inode)
     }
@@ -99,7 +113,7 @@ impl Fs {
         if kind == FileType::Directory {
             // The set-gid table follows a directory's mode and group (owner.rs).
             let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
-            self.dir_groups.note(ino, &inode.stat);
+            self.dir_table.note_stat(ino, &inode.stat);
         }
         Ok(())
     }
@@ -117,6 +131,7 @@ impl Fs {
         let mut b = WriteBatch::new();
         let mut d = StatDelta::default();
         let mut changed = false;
+        let mut new_shape = None;
         if let Some(size) = sa.size {
             match kind {
                 FileType::Regular => {}
@@ -127,6 +142,15 @@ impl Fs {
                 return Err(FsError::FileTooBig);
             }
             self.truncate_blocks(&mut b, ino, size);
+            // Truncating to zero needs no knowledge of the file (O_TRUNC reads nothing).
+            let after = if size == 0 {
+                Shape::EMPTY
+            } else {
+                let now_shape = self.shape(ino, &loc)?;
+                self.shape_after_truncate(ino, &now_shape, size)?
+            };
+            d.stored_blocks = Some(after.stored);
+            new_shape = Some(after);
             d.size = Some(size);
             d.mtime = Some(now);
             d.kill_suid = kill_suid;
@@ -135,12 +159,25 @@ impl Fs {
         if let Some(mode) = sa.mode {
             d.perm = Some(mode & 0o7777);
             changed = true;
+            // An access ACL follows chmod (`posix_acl_chmod`); one point read, in the xattr
+            // tree, and only for chmod.
+            if kind != FileType::Symlink {
+                if let Some(mut acl) = self.access_acl(ino)? {
+                    acl.chmod(mode);
+                    b.put(
+                        self.t.xattr,
+                        crate::schema::named_key(ino, crate::acl::ACL_ACCESS),
+                        acl.encode(),
+                    );
+                }
+            }
         }
         if sa.uid.is_some() || sa.gid.is_some() {
             d.uid = sa.uid;
             d.gid = sa.gid;
-            // chown of a regular file drops set-id bits, as Linux does.
-            d.kill_suid |= kind == FileType::Regular;
+            // chown of any non-directory (fifos, devices and sockets included) drops set-id
+            // bits, as Linux's chown_common asks (ATTR_KILL_SUID | setattr_should_drop_sgid).
+            d.kill_suid |= kind != FileType::Directory;
             changed = true;
         }
         let time = |t: TimeSet| match t {
@@ -168,6 +205,9 @@ impl Fs {
             None => WriteOptions::NO_SYNC,
         };
         self.kv.write(b, opts)?;
+        if let Some(s) = new_shape {
+            self.set_shape(ino, s);
+        }
         Ok((loc, kind))
     }
 

@@ -9,7 +9,9 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 mod alloc;
+mod atime;
 pub mod attr;
 mod cache;
 pub mod check;
@@ -28,17 +30,20 @@ pub mod perm;
 mod record;
 mod rename;
 pub mod schema;
+mod stored;
 pub mod upsert;
 mod xattr;
 
+pub use atime::{AtimeMode, AtimePolicy};
 pub use attr::{Attr, FileType, SetAttr, TimeSet, Timespec};
-pub use data::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
+pub use data::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
 pub use dir::DirEntry;
 pub use error::{FsError, FsResult};
 pub use fs::{Fs, MkfsOptions, MAX_FILE_SIZE, NAME_MAX, PATH_MAX};
 pub use ids::{Fh, InodeId};
 pub use inode_ops::{OpenFlags, StatFs};
+pub use owner::setid_bits_to_clear;
 pub use perm::Cred;
-pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use upsert::registry;
 pub use xattr::{XATTR_CREATE, XATTR_REPLACE};

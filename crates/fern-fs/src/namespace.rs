@@ -6,6 +6,7 @@
 
 use fern_kv::{transact, transact_opts, KeyRange, KvRead, KvTxn, WriteOptions};
 
+use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{Attr, FileType, Stat, Timespec};
 use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
@@ -36,6 +37,7 @@ impl Fs {
         if self.names.contains(parent, name) == Some(false) {
             return Err(FsError::NotFound);
         }
+        let epoch = self.inodes.shape_epoch();
         let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
         let (loc, inode) = self.resolve(&*self.kv, parent, name, d.clone())?;
         let kind = inode.stat.kind()?;
@@ -43,6 +45,11 @@ impl Fs {
             self.dirents.put(parent, name, d.id(), loc.clone());
         }
         self.inodes.pin(d.id(), loc, kind);
+        if kind == FileType::Regular {
+            // The stat is at hand: a later write of this file then reads nothing (stored.rs).
+            let shape = crate::stored::Shape::of(&inode.stat, u64::from(self.sb.block_size));
+            self.inodes.seed_shape(d.id(), shape, epoch);
+        }
         self.attr_of(d.id(), &inode)
     }
 
@@ -145,15 +152,19 @@ impl Fs {
         self.require_dir(parent)?;
         let kind = FileType::from_mode(mode).ok_or(FsError::Invalid)?;
         let _g = self.locks.lock(&[parent]);
-        let (ploc, _) = self.loc(parent)?;
+        let ploc = self.live_dir(parent)?;
         // A complete name set answers "does it exist" without reading the entry.
         let known_absent = self.names.contains(parent, name) == Some(false);
-        let (gid, mode) = self.new_owner(cred, parent, mode)?;
+        let from = self.dir_inherit(parent)?;
+        let (gid, got) = crate::owner::new_owner(cred, &from, mode);
+        let mode = got.mode;
         let id = self.ids.alloc(&*self.kv, &self.t, &self.policy)?;
         let now = Timespec::now();
         let is_dir = kind == FileType::Directory;
         let mut stat = Stat::new(mode, cred.uid, gid, if is_dir { 2 } else { 1 }, now);
         stat.rdev = rdev;
+        // A regular file starts counted, with no blocks (its "rdev" is the count; attr.rs).
+        stat.set_stored_blocks(0);
         stat.size = payload.len() as u64;
         let inode = Inode { stat, payload };
         let key = schema::named_key(parent, name);
@@ -183,6 +194,13 @@ impl Fs {
                     parent.0.to_be_bytes().to_vec(),
                 );
             }
+            // Inherited ACLs are written with the entry: a node never exists without them.
+            for (name, acl) in [(ACL_ACCESS, &got.access), (ACL_DEFAULT, &got.default)] {
+                if let Some(acl) = acl {
+                    txn.batch()
+                        .put(self.t.xattr, schema::named_key(id, name), acl.encode());
+                }
+            }
             Ok::<_, FsError>(None)
         })?;
         if let Some(d) = existing {
@@ -205,7 +223,13 @@ impl Fs {
             };
             self.dirents.put(parent, name, id, loc);
             self.names.new_dir(id);
-            self.dir_groups.note(id, &inode.stat);
+            self.dir_table.put(
+                id,
+                crate::owner::DirInherit {
+                    sgid: (inode.stat.mode & crate::owner::S_ISGID != 0).then_some(gid),
+                    default_acl: got.default.map(std::sync::Arc::new),
+                },
+            );
         }
         self.inodes.pin(
             id,
@@ -215,6 +239,13 @@ impl Fs {
             },
             kind,
         );
+        if kind == FileType::Regular {
+            // Nobody can have written it yet: its name became visible under the parent's
+            // lock, which every lookup takes and this call still holds.
+            self.inodes.update(id, |k| {
+                k.shape.get_or_insert(crate::stored::Shape::EMPTY);
+            });
+        }
         Ok((self.attr_of(id, &inode)?, true))
     }
 
@@ -239,7 +270,7 @@ impl Fs {
         if known.orphan {
             return Err(FsError::NotFound);
         }
-        let (nploc, _) = self.loc(newparent)?;
+        let nploc = self.live_dir(newparent)?;
         let newkey = schema::named_key(newparent, newname);
         let now = Timespec::now();
         let inode = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
@@ -335,11 +366,7 @@ impl Fs {
                 self.remove_dir_keys(txn, id)?;
             }
             self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
-            let (fate, freed) = if dir {
-                (Fate::Freed, 0)
-            } else {
-                self.drop_link(txn, d, now)?
-            };
+            let (fate, freed) = self.drop_link(txn, d, now)?;
             Ok(((id, fate, g), WriteOptions::NO_SYNC.freeing(freed)))
         })?;
         self.names.remove(parent, name);
@@ -369,8 +396,11 @@ impl Fs {
     }
 
     /// Appends what losing the name `d` means for its inode (the entry deletion itself is the
-    /// caller's), and how many data bytes that frees. The caller holds the inode's stripe, so
-    /// its open count cannot change.
+    /// caller's; for a directory, so is [`Fs::remove_dir_keys`]), and how many data bytes that
+    /// frees. The caller holds the inode's stripe, so its open count cannot change. A file or
+    /// directory that is still open (an `open` or `opendir` handle) becomes an orphan with no
+    /// links: its handles keep working (fstat gives nlink 0; an emptied directory lists
+    /// nothing) until the last close frees it.
     pub(crate) fn drop_link(
         &self,
         txn: &mut dyn KvTxn,
@@ -384,7 +414,8 @@ impl Fs {
             Dentry::Linked { .. } => self.read_record(&*txn, id)?,
         };
         let b = txn.batch();
-        if inode.stat.nlink > 1 {
+        // A directory's count is 2 + subdirectories, never other names: it has only one.
+        if inode.stat.nlink > 1 && inode.stat.kind()? != FileType::Directory {
             let delta = StatDelta {
                 nlink_add: Some(-1),
                 ctime: Some(now),
@@ -400,8 +431,13 @@ impl Fs {
             b.put(self.t.orphan, schema::id_key(id), Vec::new());
             return Ok((Fate::Orphaned, 0));
         }
-        self.free_inode(b, id);
-        Ok((Fate::Freed, inode.stat.size))
+        // A directory's own keys (dirparent, xattrs) went with `remove_dir_keys`, and its stat
+        // with its entry; a file still has data and perhaps an inode record.
+        if inode.stat.kind()? != FileType::Directory {
+            self.free_inode(b, id);
+            return Ok((Fate::Freed, inode.stat.size));
+        }
+        Ok((Fate::Freed, 0))
     }
 
     /// Updates the inode table after a committed removal.
@@ -449,6 +485,16 @@ impl Fs {
                 inode,
             )),
             Dentry::Linked { id, .. } => Ok((Loc::Inode, self.read_record(r, id)?)),
+        }
+    }
+
+    /// Where directory `dir` (already checked to be one) keeps its stat, unless it has been
+    /// removed while open: nothing may be created in a removed directory (ENOENT, as the
+    /// kernel's `IS_DEADDIR` check answers). The caller holds `dir`'s lock.
+    pub(crate) fn live_dir(&self, dir: InodeId) -> FsResult<Loc> {
+        match self.inodes.get(dir) {
+            Some(k) if k.orphan => Err(FsError::NotFound),
+            _ => Ok(self.loc(dir)?.0),
         }
     }
 

@@ -3,7 +3,8 @@
 //! holds those lookups for the duration of the call and forgets them after, exactly as the
 //! kernel would. It owns path resolution and nothing else: every effect goes through [`Fs`].
 //! Permission checks are not applied here (the caller is trusted, as with TokuFS's library);
-//! [`crate::perm`] provides them for callers that want them.
+//! [`PathFs::access`] (mode and POSIX ACLs) and [`crate::perm`] provide them for callers that
+//! want them. New nodes follow the directory's default ACL, or the credentials' umask.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -415,6 +416,35 @@ impl PathFs {
         self.fs.set_attributes_as(&self.cred, ino, sa)
     }
 
+    /// [`PathFs::setattr`] without following a final symlink (lchown, utimensat with
+    /// AT_SYMLINK_NOFOLLOW): how a copy gives a symlink its owner and times.
+    pub fn lsetattr(&self, path: &[u8], sa: &SetAttr) -> FsResult<()> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, false)?;
+        self.fs.set_attributes_as(&self.cred, ino, sa)
+    }
+
+    /// lsetxattr(2): [`PathFs::setxattr`] without following a final symlink.
+    pub fn lsetxattr(&self, path: &[u8], name: &[u8], value: &[u8], flags: u32) -> FsResult<()> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, false)?;
+        self.fs.setxattr(ino, name, value, flags)
+    }
+
+    /// llistxattr(2) and the values: every extended attribute of `path`, not following a
+    /// final symlink.
+    #[allow(clippy::type_complexity)] // (name, value) pairs, as listxattr + getxattr give them
+    pub fn lxattrs(&self, path: &[u8]) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, false)?;
+        self.fs
+            .listxattr(ino)?
+            .into_iter()
+            .map(|n| Ok((self.fs.getxattr(ino, &n)?, n)))
+            .map(|r| r.map(|(v, n)| (n, v)))
+            .collect()
+    }
+
     /// Every entry of a directory, with attributes, in name order.
     pub fn read_dir(&self, path: &[u8]) -> FsResult<Vec<DirEntry>> {
         let mut pins = self.pins();
@@ -429,6 +459,15 @@ impl PathFs {
                 return Ok(out);
             }
         }
+    }
+
+    /// access(2): checks `mask` (`perm::MAY_*`) for this handle's credentials against the
+    /// file's mode and access ACL. The other calls of this API do not check permissions
+    /// themselves (the caller is trusted); this is how it asks.
+    pub fn access(&self, path: &[u8], mask: u32) -> FsResult<()> {
+        let mut pins = self.pins();
+        let ino = self.walk(&mut pins, path, true)?;
+        self.fs.access(&self.cred, ino, mask)
     }
 
     /// getxattr(2).

@@ -1,8 +1,11 @@
-//! Permission checks as pure functions of attributes and a caller's credentials, for the
-//! adapter (FUSE without `default_permissions`) or the library API to call before an
-//! operation. It owns the POSIX rules (owner/group/other classes, root, sticky directories,
-//! who may chmod/chown/utime); it must never read the store or change anything.
+//! Permission checks as pure functions of attributes (and an access ACL, when the file has one)
+//! and a caller's credentials, for the adapter (FUSE without `default_permissions`) or the
+//! library API to call before an operation ([`crate::Fs::access`] reads the ACL and calls
+//! [`check_access_acl`]). It owns the POSIX rules (owner/group/other classes, ACL entries, root,
+//! sticky directories, who may chmod/chown/utime); it must never read the store or change
+//! anything.
 
+use crate::acl::Acl;
 use crate::attr::{Attr, FileType, SetAttr, TimeSet};
 use crate::error::{FsError, FsResult};
 
@@ -22,6 +25,10 @@ pub struct Cred {
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
+    /// The caller's umask: removed from the permission bits of what it creates, unless the
+    /// directory has a default ACL (then the ACL decides, as POSIX.1e says). 0 when the caller
+    /// has already applied it.
+    pub umask: u32,
 }
 
 impl Cred {
@@ -36,6 +43,7 @@ impl Cred {
             uid,
             gid,
             groups: Vec::new(),
+            umask: 0,
         }
     }
 
@@ -45,8 +53,16 @@ impl Cred {
     }
 }
 
-/// Checks that `cred` may access `attr` with `mask` (a combination of `MAY_*`).
+/// Checks that `cred` may access `attr` with `mask` (a combination of `MAY_*`), by the mode
+/// bits alone (a file without an access ACL).
 pub fn check_access(attr: &Attr, cred: &Cred, mask: u32) -> FsResult<()> {
+    check_access_acl(attr, None, cred, mask)
+}
+
+/// Checks that `cred` may access `attr`, whose access ACL is `acl`, with `mask`: root as in
+/// [`check_access`], the owner by the owner bits, everyone else by the ACL's entries (the
+/// kernel's `posix_acl_permission`) when there is one, by the mode's classes otherwise.
+pub fn check_access_acl(attr: &Attr, acl: Option<&Acl>, cred: &Cred, mask: u32) -> FsResult<()> {
     if cred.uid == 0 {
         // Root bypasses everything but execute of a file nobody may execute.
         let exec_denied =
@@ -55,6 +71,13 @@ pub fn check_access(attr: &Attr, cred: &Cred, mask: u32) -> FsResult<()> {
             Err(FsError::Access)
         } else {
             Ok(())
+        };
+    }
+    if let Some(acl) = acl.filter(|_| cred.uid != attr.uid) {
+        return if acl.permits(attr.uid, attr.gid, cred, mask) {
+            Ok(())
+        } else {
+            Err(FsError::Access)
         };
     }
     let class = if cred.uid == attr.uid {

@@ -5,13 +5,13 @@
 
 use fern_kv::{transact, KvRead, WriteOptions};
 
-use crate::attr::{FileType, Timespec};
+use crate::attr::{FileType, Stat, Timespec};
 use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
 use crate::fs::{validate_name, Fs};
 use crate::ids::InodeId;
-use crate::namespace::Fate;
-use crate::record::Dentry;
+use crate::perm::Cred;
+use crate::record::{Dentry, Inode};
 use crate::schema;
 use crate::upsert::StatDelta;
 
@@ -19,12 +19,32 @@ use crate::upsert::StatDelta;
 pub const RENAME_NOREPLACE: u32 = 1;
 /// Swap source and target atomically (`RENAME_EXCHANGE`).
 pub const RENAME_EXCHANGE: u32 = 2;
+/// Leave a whiteout (a character device 0/0) at the source name (`RENAME_WHITEOUT`, for
+/// overlayfs).
+pub const RENAME_WHITEOUT: u32 = 4;
 
 impl Fs {
     /// Renames `parent/name` to `newparent/newname`; `flags` is 0 or one of
-    /// [`RENAME_NOREPLACE`], [`RENAME_EXCHANGE`].
+    /// [`RENAME_NOREPLACE`], [`RENAME_EXCHANGE`], optionally with [`RENAME_WHITEOUT`] (whose
+    /// whiteout root owns; see [`Fs::rename_as`]).
     pub fn rename(
         &self,
+        parent: InodeId,
+        name: &[u8],
+        newparent: InodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        self.rename_as(&Cred::root(), parent, name, newparent, newname, flags)
+    }
+
+    /// [`Fs::rename`] on behalf of `cred`, who owns the whiteout that [`RENAME_WHITEOUT`]
+    /// leaves at the source name (a character device 0/0, mode 0, as Linux file systems make
+    /// it; its group follows a set-group-id parent). The whiteout appears in the same atomic
+    /// step as the move. Not with RENAME_EXCHANGE (EINVAL), as in Linux.
+    pub fn rename_as(
+        &self,
+        cred: &Cred,
         parent: InodeId,
         name: &[u8],
         newparent: InodeId,
@@ -35,9 +55,18 @@ impl Fs {
         validate_name(newname)?;
         let noreplace = flags & RENAME_NOREPLACE != 0;
         let exchange = flags & RENAME_EXCHANGE != 0;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || (noreplace && exchange) {
+        let whiteout = flags & RENAME_WHITEOUT != 0;
+        let known = RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT;
+        if flags & !known != 0 || (noreplace && exchange) || (whiteout && exchange) {
             return Err(FsError::Invalid);
         }
+        // The whiteout's id is reserved outside the transaction (a retry reuses it; an id
+        // that ends up unused is skipped, as after a crash).
+        let whiteout_id = if whiteout {
+            Some(self.ids.alloc(&*self.kv, &self.t, &self.policy)?)
+        } else {
+            None
+        };
         self.require_dir(parent)?;
         self.require_dir(newparent)?;
         let src_key = schema::named_key(parent, name);
@@ -72,7 +101,7 @@ impl Fs {
             lockset.extend(dst.as_ref().map(Dentry::id));
             let guard = self.locks.lock(&lockset);
             let (ploc, _) = self.loc(parent)?;
-            let (nploc, _) = self.loc(newparent)?;
+            let nploc = self.live_dir(newparent)?;
             let src_dir = cur_src.kind()? == FileType::Directory;
             let dst_dir = match &cur_dst {
                 Some(d) => d.kind()? == FileType::Directory,
@@ -117,13 +146,24 @@ impl Fs {
                     if dst_dir {
                         self.remove_dir_keys(txn, cur_dst.id())?;
                         q_nlink -= 1;
-                        dst_fate = Some((cur_dst.id(), Fate::Freed, true));
-                    } else {
-                        let id = cur_dst.id();
-                        dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?.0, false));
                     }
+                    let id = cur_dst.id();
+                    dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?.0, dst_dir));
                 }
-                txn.batch().delete(self.t.dentry, src_key.clone());
+                if let Some(wid) = whiteout_id {
+                    let from = self.dir_inherit(parent)?;
+                    let mode = FileType::CharDevice.mode_bits();
+                    let (gid, got) = crate::owner::new_owner(cred, &from, mode);
+                    let inode = Inode {
+                        stat: Stat::new(got.mode, cred.uid, gid, 1, now),
+                        payload: Vec::new(),
+                    };
+                    let entry = Dentry::Inline { id: wid, inode };
+                    txn.batch()
+                        .put(self.t.dentry, src_key.clone(), entry.encode());
+                } else {
+                    txn.batch().delete(self.t.dentry, src_key.clone());
+                }
                 if src_dir {
                     p_nlink -= 1;
                     q_nlink += 1;
@@ -164,7 +204,9 @@ impl Fs {
                 self.inodes.relocate(d.id(), loc_after(d, parent, name));
             }
         } else {
-            self.names.remove(parent, name);
+            if whiteout_id.is_none() {
+                self.names.remove(parent, name);
+            }
             self.names.insert(newparent, newname);
             if let Some((id, fate, was_dir)) = dst_fate {
                 if was_dir {

@@ -13,6 +13,7 @@ use fern_kv::{UpdateFnId, UpdateRegistry};
 
 use crate::attr::{Stat, Timespec};
 use crate::codec::{Reader, Writer};
+use crate::owner::setid_bits_to_clear;
 use crate::record::stat_offset;
 
 /// Update function on data blocks; argument is a [`BlockOp`].
@@ -189,7 +190,7 @@ pub struct StatDelta {
     pub uid: Option<u32>,
     /// Group.
     pub gid: Option<u32>,
-    /// Clear set-user-id, and set-group-id when group-executable (chown and write rules).
+    /// Clear the set-id bits [`setid_bits_to_clear`] names (chown and write rules).
     pub kill_suid: bool,
     /// nlink += v.
     pub nlink_add: Option<i32>,
@@ -199,6 +200,9 @@ pub struct StatDelta {
     pub mtime: Option<Timespec>,
     /// Change time.
     pub ctime: Option<Timespec>,
+    /// Data blocks stored (regular files only: [`Stat::set_stored_blocks`]; ignored for other
+    /// types). Absolute, computed by the writer under the inode's lock (data.rs).
+    pub stored_blocks: Option<u64>,
 }
 
 const F_SIZE_MIN: u32 = 1;
@@ -211,6 +215,7 @@ const F_NLINK: u32 = 1 << 6;
 const F_ATIME: u32 = 1 << 7;
 const F_MTIME: u32 = 1 << 8;
 const F_CTIME: u32 = 1 << 9;
+const F_BLOCKS: u32 = 1 << 10;
 
 impl StatDelta {
     /// Encodes: flags u32, then each present field in flag order (times as i64 sec, u32 nsec).
@@ -258,6 +263,10 @@ impl StatDelta {
                 put_time(&mut w, t);
             }
         }
+        if let Some(v) = self.stored_blocks {
+            flags |= F_BLOCKS;
+            w.u64(v);
+        }
         let mut out = w.finish();
         out[..4].copy_from_slice(&flags.to_be_bytes());
         out
@@ -301,6 +310,9 @@ impl StatDelta {
         if flags & F_CTIME != 0 {
             d.ctime = Some(time(&mut r)?);
         }
+        if flags & F_BLOCKS != 0 {
+            d.stored_blocks = Some(r.u64().ok()?);
+        }
         r.end().ok()?;
         Some(d)
     }
@@ -327,10 +339,7 @@ impl StatDelta {
                 let mut v = p;
                 for kill in [a.kill_suid, b.kill_suid] {
                     if kill {
-                        v &= !0o4000;
-                        if v & 0o010 != 0 {
-                            v &= !0o2000;
-                        }
+                        v &= !setid_bits_to_clear(v);
                     }
                 }
                 (Some(v), false)
@@ -353,6 +362,7 @@ impl StatDelta {
             atime: b.atime.or(a.atime),
             mtime: b.mtime.or(a.mtime),
             ctime: b.ctime.or(a.ctime),
+            stored_blocks: b.stored_blocks.or(a.stored_blocks),
         })
     }
 
@@ -374,10 +384,7 @@ impl StatDelta {
             s.gid = v;
         }
         if self.kill_suid {
-            s.mode &= !0o4000;
-            if s.mode & 0o010 != 0 {
-                s.mode &= !0o2000;
-            }
+            s.mode &= !setid_bits_to_clear(s.mode);
         }
         if let Some(v) = self.nlink_add {
             s.nlink = s.nlink.saturating_add_signed(v);
@@ -390,6 +397,9 @@ impl StatDelta {
         }
         if let Some(t) = self.ctime {
             s.ctime = t;
+        }
+        if let Some(n) = self.stored_blocks {
+            s.set_stored_blocks(n);
         }
     }
 }
@@ -437,9 +447,10 @@ mod tests {
                 any::<bool>(),
             ),
             (proptest::option::of(-2i32..3), time(), time(), time()),
+            proptest::option::of(0u64..5),
         )
             .prop_map(
-                |((sal, size, perm), (uid, gid, kill), (nlink, at, mt, ct))| StatDelta {
+                |((sal, size, perm), (uid, gid, kill), (nlink, at, mt, ct), blocks)| StatDelta {
                     size_at_least: sal,
                     size,
                     perm,
@@ -450,6 +461,7 @@ mod tests {
                     atime: at,
                     mtime: mt,
                     ctime: ct,
+                    stored_blocks: blocks,
                 },
             )
     }
@@ -556,6 +568,7 @@ mod tests {
             nlink_add: Some(-1),
             mtime: Some(Timespec { sec: -3, nsec: 7 }),
             kill_suid: true,
+            stored_blocks: Some(3),
             ..StatDelta::default()
         };
         assert_eq!(StatDelta::decode(&d.encode()), Some(d));

@@ -1,11 +1,14 @@
 //! Extended attributes, keyed (inode id, name) in the `xattr` tree, so listing is one prefix
 //! scan and deleting an inode's attributes is one range delete. It owns the CREATE/REPLACE
-//! rules and size limits; it must never store an attribute for an inode this mount does not
-//! know.
+//! rules and size limits, and routes the two POSIX ACL attributes through their rules (an
+//! access ACL is validated, sets the mode, and is stored only when the mode cannot say it
+//! all; a default ACL exists only on directories; see `acl.rs`). It must never store an
+//! attribute for an inode this mount does not know.
 
 use fern_kv::{transact, Direction, KeyRange, WriteBatch, WriteOptions};
 
-use crate::attr::Timespec;
+use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
+use crate::attr::{FileType, Timespec};
 use crate::error::{FsError, FsResult};
 use crate::fs::Fs;
 use crate::ids::InodeId;
@@ -40,6 +43,9 @@ impl Fs {
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 || flags == XATTR_CREATE | XATTR_REPLACE {
             return Err(FsError::Invalid);
         }
+        if name == ACL_ACCESS || name == ACL_DEFAULT {
+            return self.set_acl(ino, name, value, flags);
+        }
         let _g = self.locks.lock(&[ino]);
         let (loc, _) = self.loc(ino)?;
         let key = schema::named_key(ino, name);
@@ -65,6 +71,65 @@ impl Fs {
                 },
             )
         })
+    }
+
+    /// Sets an ACL attribute (`system.posix_acl_access` or `_default`), as Linux file systems
+    /// do (`posix_acl_update_mode`): the value must be a valid ACL (else EINVAL); an access
+    /// ACL sets the permission bits it implies and is stored only when it has named entries;
+    /// a default ACL is for directories only (EACCES elsewhere); an empty ACL (header only)
+    /// removes the attribute. Symlinks carry no ACLs (EOPNOTSUPP).
+    fn set_acl(&self, ino: InodeId, name: &[u8], value: &[u8], flags: u32) -> FsResult<()> {
+        let acl = Acl::decode(value)?;
+        let _g = self.locks.lock(&[ino]);
+        let (loc, kind) = self.loc(ino)?;
+        let access = name == ACL_ACCESS;
+        match kind {
+            FileType::Symlink => return Err(FsError::NotSupported),
+            FileType::Directory => {}
+            _ if !access && acl.is_some() => return Err(FsError::Access),
+            _ if !access => return Ok(()),
+            _ => {}
+        }
+        let key = schema::named_key(ino, name);
+        let exists = self.kv.get(self.t.xattr, &key)?.is_some();
+        if flags == XATTR_CREATE && exists {
+            return Err(FsError::Exists);
+        }
+        if flags == XATTR_REPLACE && !exists {
+            return Err(FsError::NoData);
+        }
+        let now = Timespec::now();
+        let mut b = WriteBatch::new();
+        let mut d = StatDelta {
+            ctime: Some(now),
+            ..StatDelta::default()
+        };
+        if let (true, Some(a)) = (access, &acl) {
+            let mode = self.read_inode_at(&*self.kv, ino, &loc)?.stat.mode;
+            d.perm = Some((mode & 0o7000) | a.mode_bits());
+        }
+        match &acl {
+            Some(a) if !(access && a.is_mode_only()) => b.put(self.t.xattr, key, a.encode()),
+            _ => b.delete(self.t.xattr, key),
+        }
+        self.upsert_stat(&mut b, ino, &loc, &d)?;
+        self.kv.write(b, WriteOptions::NO_SYNC)?;
+        if !access {
+            self.dir_table.note_default_acl(ino, acl.as_ref());
+        }
+        Ok(())
+    }
+
+    /// The access ACL of `ino`, if it has one (for permission checks and chmod).
+    pub(crate) fn access_acl(&self, ino: InodeId) -> FsResult<Option<Acl>> {
+        match self
+            .kv
+            .get(self.t.xattr, &schema::named_key(ino, ACL_ACCESS))?
+        {
+            Some(v) => Acl::decode(&v)
+                .map_err(|_| FsError::corrupt(format!("access ACL of inode {}", ino.0))),
+            None => Ok(None),
+        }
     }
 
     /// Names of all attributes of `ino`, in byte order.
@@ -111,6 +176,9 @@ impl Fs {
             },
         )?;
         self.kv.write(b, WriteOptions::NO_SYNC)?;
+        if name == ACL_DEFAULT {
+            self.dir_table.note_default_acl(ino, None);
+        }
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ use common::mem_store as open_store;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use fern_fs::path::{File, OpenOptions};
+use fern_fs::FALLOC_FL_ZERO_RANGE;
 use fern_fs::{FileType, FsError, MkfsOptions, OpenFlags};
 use fern_fs::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, RENAME_EXCHANGE, RENAME_NOREPLACE};
 use proptest::prelude::*;
@@ -213,7 +214,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (any::<usize>(), off.clone(), 1u16..3000, any::<u8>()).prop_map(|(h, o, l, b)| Op::Write(h, o, l, b)),
         3 => (any::<usize>(), off.clone(), 1u16..6000).prop_map(|(h, o, l)| Op::Read(h, o, l)),
         2 => (path(), off.clone()).prop_map(|(p, s)| Op::Truncate(p, s)),
-        2 => (any::<usize>(), prop::sample::select(vec![0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE]), off, 1u16..9000)
+        2 => (any::<usize>(), prop::sample::select(vec![0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE]), off, 1u16..9000)
             .prop_map(|(h, m, o, l)| Op::Fallocate(h, m, o, l)),
         1 => Just(Op::Remount),
     ]
@@ -470,7 +471,10 @@ impl Harness {
                     let end = *off as usize + *len as usize;
                     if *mode == 0 && file.len() < end {
                         file.resize(end, 0);
-                    } else if *mode & FALLOC_FL_PUNCH_HOLE != 0 {
+                    } else if *mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
+                        if *mode & FALLOC_FL_KEEP_SIZE == 0 && file.len() < end {
+                            file.resize(end, 0);
+                        }
                         let to = end.min(file.len());
                         let from = (*off as usize).min(to);
                         file[from..to].fill(0);

@@ -6,6 +6,7 @@ use common::mem_store as open_store;
 
 use common::env;
 use fern_fs::path::OpenOptions;
+use fern_fs::FALLOC_FL_ZERO_RANGE;
 use fern_fs::{FileType, FsError, OpenFlags, SetAttr, TimeSet, Timespec};
 use fern_fs::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, RENAME_EXCHANGE, RENAME_NOREPLACE};
 
@@ -392,8 +393,49 @@ fn fallocate_modes() {
         err(e.p.fallocate(&f, FALLOC_FL_PUNCH_HOLE, 0, 1)),
         libc::EOPNOTSUPP
     );
-    assert_eq!(err(e.p.fallocate(&f, 0x10, 0, 1)), libc::EOPNOTSUPP);
+    // COLLAPSE_RANGE (8) and INSERT_RANGE (0x20) would shift every later block.
+    assert_eq!(err(e.p.fallocate(&f, 0x08, 0, 4096)), libc::EOPNOTSUPP);
+    assert_eq!(err(e.p.fallocate(&f, 0x20, 0, 4096)), libc::EOPNOTSUPP);
     assert_eq!(err(e.p.fallocate(&f, 0, 0, 0)), libc::EINVAL);
+    e.p.close(f).expect("close");
+}
+
+/// Issue 12.8: FALLOC_FL_ZERO_RANGE zeroes a range (whole blocks dropped, partial edges
+/// zeroed) and extends the size unless KEEP_SIZE.
+#[test]
+fn fallocate_zero_range() {
+    let e = env();
+    put(&e, "/f", &[5u8; 3 * 4096]);
+    let f = e.p.open(b"/f", rw()).expect("open");
+    let blocks = e.keys_in("fs.data");
+    e.p.fallocate(&f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 100, 8192)
+        .expect("zero range");
+    let v = e.p.read_at(&f, 0, 30_000).expect("read");
+    assert_eq!(v.len(), 3 * 4096);
+    assert!(v[..100].iter().all(|b| *b == 5));
+    assert!(v[100..8292].iter().all(|b| *b == 0));
+    assert!(v[8292..].iter().all(|b| *b == 5));
+    assert_eq!(
+        e.keys_in("fs.data"),
+        blocks - 1,
+        "the whole block in the range is gone"
+    );
+    // Without KEEP_SIZE the size grows to the end of the range, which reads as zeros.
+    e.p.fallocate(&f, FALLOC_FL_ZERO_RANGE, 12_000, 10_000)
+        .expect("zero range past the end");
+    let v = e.p.read_at(&f, 0, 30_000).expect("read");
+    assert_eq!(v.len(), 22_000);
+    assert!(v[8292..12_000].iter().all(|b| *b == 5));
+    assert!(v[12_000..].iter().all(|b| *b == 0));
+    assert_eq!(
+        err(e.p.fallocate(
+            &f,
+            FALLOC_FL_ZERO_RANGE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            0,
+            1
+        )),
+        libc::EOPNOTSUPP
+    );
     e.p.close(f).expect("close");
 }
 
@@ -487,6 +529,40 @@ fn chown_clears_setuid() {
     e.p.chown(b"/f", Some(5), Some(6)).expect("chown");
     let a = e.p.stat(b"/f").expect("stat");
     assert_eq!((a.uid, a.gid, a.perm), (5, 6, 0o755));
+}
+
+/// Issue 12.4: chown drops set-id bits on every non-directory, as Linux's chown_common does
+/// (set-group-id only when group-executable); a directory keeps them.
+#[test]
+fn chown_clears_setid_on_fifos_devices_and_sockets() {
+    let e = env();
+    for (path, mode) in [
+        ("/fifo", 0o010000),
+        ("/chr", 0o020000),
+        ("/blk", 0o060000),
+        ("/sock", 0o140000),
+    ] {
+        e.p.mknod(path.as_bytes(), mode | 0o644, 0).expect("mknod");
+        e.p.chmod(path.as_bytes(), 0o6555).expect("chmod");
+        e.p.chown(path.as_bytes(), Some(65534), Some(65534))
+            .expect("chown");
+        assert_eq!(
+            e.p.stat(path.as_bytes()).expect("stat").perm,
+            0o555,
+            "{path}"
+        );
+        // Set-group-id without group-execute marks mandatory locking and stays.
+        e.p.chmod(path.as_bytes(), 0o6545).expect("chmod");
+        e.p.chown(path.as_bytes(), Some(1), Some(1)).expect("chown");
+        assert_eq!(
+            e.p.stat(path.as_bytes()).expect("stat").perm,
+            0o2545,
+            "{path}"
+        );
+    }
+    e.p.mkdir(b"/d", 0o6755).expect("mkdir");
+    e.p.chown(b"/d", Some(65534), Some(65534)).expect("chown");
+    assert_eq!(e.p.stat(b"/d").expect("stat").perm, 0o6755);
 }
 
 #[test]
@@ -749,6 +825,7 @@ fn permission_checks() {
         uid: 11,
         gid: 1,
         groups: vec![20],
+        umask: 0,
     };
     let other = Cred::user(12, 30);
     assert!(check_access(&f, &owner, MAY_READ | MAY_WRITE).is_ok());
@@ -773,7 +850,8 @@ fn permission_checks() {
             &Cred {
                 uid: 10,
                 gid: 20,
-                groups: vec![]
+                groups: vec![],
+                umask: 0,
             },
             MAY_READ
         )),
@@ -828,6 +906,7 @@ fn as_user(e: &common::Env, uid: u32, gid: u32, groups: &[u32]) -> fern_fs::path
         uid,
         gid,
         groups: groups.to_vec(),
+        umask: 0,
     };
     fern_fs::path::PathFs::new(e.fs.clone(), cred)
 }
@@ -1233,4 +1312,314 @@ fn relatime_listing_marks_directory_atime_only_when_stale() {
     std::thread::sleep(std::time::Duration::from_millis(2));
     e.p.read_dir(b"/d").expect("readdir");
     assert!(e.p.stat(b"/d").expect("stat").atime > a1);
+}
+
+/// An ACL value in the kernel's xattr format from (tag, perm, id) triples.
+fn acl_value(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+const ACL_A: &[u8] = b"system.posix_acl_access";
+const ACL_D: &[u8] = b"system.posix_acl_default";
+const NONE: u32 = u32::MAX;
+
+/// Issue 12.1: an access ACL is validated, keeps the mode in step (group bits = mask), is
+/// enforced against other users, follows chmod, and is stored only when the mode cannot say it.
+#[test]
+fn access_acls_are_validated_enforced_and_kept_in_step_with_the_mode() {
+    use fern_fs::perm::{MAY_READ, MAY_WRITE};
+    let e = env();
+    put(&e, "/f", b"secret");
+    e.p.chmod(b"/f", 0o644).expect("chmod");
+    let nobody = as_user(&e, 65534, 65534, &[]);
+    let other = as_user(&e, 1000, 1000, &[]);
+    assert!(
+        nobody.access(b"/f", MAY_READ).is_ok(),
+        "0644: everyone reads"
+    );
+    // setfacl -m u:nobody:--- f
+    let deny = acl_value(&[
+        (1, 6, NONE),
+        (2, 0, 65534),
+        (4, 4, NONE),
+        (0x10, 4, NONE),
+        (0x20, 4, NONE),
+    ]);
+    e.p.setxattr(b"/f", ACL_A, &deny, 0).expect("set ACL");
+    assert_eq!(e.p.stat(b"/f").expect("stat").perm, 0o644);
+    assert_eq!(e.p.getxattr(b"/f", ACL_A).expect("get ACL"), deny);
+    assert_eq!(err(nobody.access(b"/f", MAY_READ)), libc::EACCES);
+    assert!(other.access(b"/f", MAY_READ).is_ok());
+    assert_eq!(err(other.access(b"/f", MAY_WRITE)), libc::EACCES);
+    // chmod 600 rewrites the mask and other entries.
+    e.p.chmod(b"/f", 0o600).expect("chmod");
+    let after = acl_value(&[
+        (1, 6, NONE),
+        (2, 0, 65534),
+        (4, 4, NONE),
+        (0x10, 0, NONE),
+        (0x20, 0, NONE),
+    ]);
+    assert_eq!(e.p.getxattr(b"/f", ACL_A).expect("get ACL"), after);
+    assert_eq!(err(other.access(b"/f", MAY_READ)), libc::EACCES);
+    // The ACL sets the mode; one the mode can express is stored as the mode only.
+    e.p.setxattr(
+        b"/f",
+        ACL_A,
+        &acl_value(&[(1, 7, NONE), (4, 5, NONE), (0x20, 0, NONE)]),
+        0,
+    )
+    .expect("set ACL");
+    assert_eq!(e.p.stat(b"/f").expect("stat").perm, 0o750);
+    assert_eq!(err(e.p.getxattr(b"/f", ACL_A)), libc::ENODATA);
+    // Malformed values are EINVAL and change nothing; default ACLs are for directories.
+    for bad in [
+        vec![1, 2, 3],
+        acl_value(&[(4, 4, NONE), (1, 6, NONE), (0x20, 4, NONE)]),
+        acl_value(&[(1, 6, NONE), (2, 4, 7), (4, 4, NONE), (0x20, 4, NONE)]),
+        acl_value(&[(1, 9, NONE), (4, 4, NONE), (0x20, 4, NONE)]),
+    ] {
+        assert_eq!(err(e.p.setxattr(b"/f", ACL_A, &bad, 0)), libc::EINVAL);
+    }
+    assert_eq!(e.p.stat(b"/f").expect("stat").perm, 0o750);
+    let def = acl_value(&[(1, 7, NONE), (4, 5, NONE), (0x20, 5, NONE)]);
+    assert_eq!(err(e.p.setxattr(b"/f", ACL_D, &def, 0)), libc::EACCES);
+}
+
+/// Issue 12.1: a directory's default ACL is inherited (access ACL = default masked by the
+/// create mode, no umask; directories also get the default ACL), also after a remount.
+#[test]
+fn default_acls_are_inherited_without_the_umask() {
+    use fern_fs::perm::MAY_WRITE;
+    let mut e = env();
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    e.p.mkdir(b"/plain", 0o777).expect("mkdir");
+    let def = acl_value(&[
+        (1, 7, NONE),
+        (2, 7, 1000),
+        (4, 5, NONE),
+        (0x10, 7, NONE),
+        (0x20, 5, NONE),
+    ]);
+    e.p.setxattr(b"/d", ACL_D, &def, 0)
+        .expect("set default ACL");
+    for round in 0..2 {
+        let cred = fern_fs::Cred {
+            umask: 0o077,
+            ..fern_fs::Cred::root()
+        };
+        let p = fern_fs::path::PathFs::new(e.fs.clone(), cred);
+        let f = format!("/d/f{round}");
+        put_as(&p, &f, 0o666);
+        assert_eq!(e.p.stat(f.as_bytes()).expect("stat").perm, 0o664);
+        let access = acl_value(&[
+            (1, 6, NONE),
+            (2, 7, 1000),
+            (4, 5, NONE),
+            (0x10, 6, NONE),
+            (0x20, 4, NONE),
+        ]);
+        assert_eq!(
+            e.p.getxattr(f.as_bytes(), ACL_A).expect("access ACL"),
+            access
+        );
+        assert!(as_user(&e, 1000, 1000, &[])
+            .access(f.as_bytes(), MAY_WRITE)
+            .is_ok());
+        let sub = format!("/d/sub{round}");
+        p.mkdir(sub.as_bytes(), 0o777).expect("mkdir");
+        assert_eq!(e.p.stat(sub.as_bytes()).expect("stat").perm, 0o775);
+        assert_eq!(
+            e.p.getxattr(sub.as_bytes(), ACL_D).expect("default ACL"),
+            def
+        );
+        // Without a default ACL the umask applies, and nothing is inherited.
+        let g = format!("/plain/f{round}");
+        put_as(&p, &g, 0o666);
+        assert_eq!(e.p.stat(g.as_bytes()).expect("stat").perm, 0o600);
+        assert_eq!(err(e.p.getxattr(g.as_bytes(), ACL_A)), libc::ENODATA);
+        // A fresh mount learns the default ACL from the store.
+        e = e.remount();
+    }
+}
+
+/// Issue 12.5: a directory open through a handle outlives its name (rmdir, or a rename over
+/// it): its attributes say nlink 0, listing it gives nothing, and the last close frees it.
+#[test]
+fn an_open_directory_outlives_rmdir_and_rename_over() {
+    let e = env();
+    let orphans = e.keys_in("fs.orphan");
+    for replace in [false, true] {
+        e.p.mkdir(b"/d", 0o755).expect("mkdir");
+        // Held like the kernel holds what it looked up.
+        let d = e.fs.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup");
+        let fh = e.fs.opendir(d.ino).expect("opendir");
+        if replace {
+            e.p.mkdir(b"/e", 0o755).expect("mkdir");
+            e.p.rename(b"/e", b"/d", 0).expect("rename over");
+        } else {
+            e.p.rmdir(b"/d").expect("rmdir");
+        }
+        let a =
+            e.fs.getattr(d.ino)
+                .expect("getattr of a removed, open directory");
+        assert_eq!(
+            (a.nlink, a.kind),
+            (0, FileType::Directory),
+            "replace={replace}"
+        );
+        assert!(e.fs.readdir(fh, 0, 100, false).expect("readdir").is_empty());
+        // Nothing can be created in it (its keys would outlive it).
+        let root = fern_fs::Cred::root();
+        assert_eq!(err(e.fs.mkdir(&root, d.ino, b"x", 0o755)), libc::ENOENT);
+        assert_eq!(
+            err(e.fs.mknod(&root, d.ino, b"y", 0o100644, 0)),
+            libc::ENOENT
+        );
+        assert_eq!(e.keys_in("fs.orphan"), orphans + 1);
+        e.fs.releasedir(fh).expect("releasedir");
+        assert_eq!(e.keys_in("fs.orphan"), orphans, "freed at the last close");
+        assert!(e.fs.getattr(d.ino).is_err());
+        if replace {
+            e.p.rmdir(b"/d").expect("rmdir");
+        }
+    }
+    // Left open at a crash: the next mount frees it.
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    let d = e.fs.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup");
+    let _fh = e.fs.opendir(d.ino).expect("opendir");
+    e.p.rmdir(b"/d").expect("rmdir");
+    let e = e.remount();
+    assert_eq!(e.keys_in("fs.orphan"), orphans);
+    assert_eq!(err(e.p.stat(b"/d")), libc::ENOENT);
+}
+
+/// Issue 12.6: the atime policy of the mount: noatime never writes atime, strictatime on every
+/// read, nodiratime spares directories (relatime, the default, has its own test above).
+#[test]
+fn atime_policies_noatime_strictatime_nodiratime() {
+    use fern_fs::{AtimeMode, AtimePolicy};
+    let e = env();
+    put(&e, "/f", b"data");
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    let atime = |p: &str| e.p.stat(p.as_bytes()).expect("stat").atime;
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(2));
+    e.fs.set_atime_policy(AtimePolicy {
+        mode: AtimeMode::Never,
+        nodiratime: false,
+    });
+    let a0 = atime("/f");
+    pause();
+    get(&e, "/f");
+    assert_eq!(atime("/f"), a0, "noatime: even a stale atime stays");
+    e.fs.set_atime_policy(AtimePolicy {
+        mode: AtimeMode::Strict,
+        nodiratime: true,
+    });
+    pause();
+    get(&e, "/f");
+    let a1 = atime("/f");
+    assert!(a1 > a0);
+    pause();
+    get(&e, "/f");
+    assert!(atime("/f") > a1, "strictatime: every read");
+    let d0 = atime("/d");
+    pause();
+    e.p.read_dir(b"/d").expect("list");
+    assert_eq!(atime("/d"), d0, "nodiratime");
+    e.fs.set_atime_policy(AtimePolicy {
+        mode: AtimeMode::Strict,
+        nodiratime: false,
+    });
+    e.p.read_dir(b"/d").expect("list");
+    assert!(atime("/d") > d0);
+}
+
+/// Issue 12.8: RENAME_WHITEOUT moves the name and leaves a character device 0/0 with mode 0
+/// at the source, in one step; it cannot be combined with RENAME_EXCHANGE.
+#[test]
+fn rename_whiteout_leaves_a_whiteout_device() {
+    use fern_fs::RENAME_WHITEOUT;
+    let e = env();
+    put(&e, "/a", b"moved");
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    e.p.mkdir(b"/sub", 0o755).expect("mkdir");
+    e.p.rename(b"/a", b"/sub/b", RENAME_WHITEOUT)
+        .expect("rename");
+    assert_eq!(get(&e, "/sub/b"), b"moved");
+    let w = e.p.lstat(b"/a").expect("whiteout");
+    assert_eq!((w.kind, w.rdev, w.perm), (FileType::CharDevice, 0, 0));
+    let root_links = e.p.stat(b"/").expect("stat").nlink;
+    e.p.rename(b"/d", b"/sub/d", RENAME_WHITEOUT | RENAME_NOREPLACE)
+        .expect("rename a directory");
+    assert_eq!(
+        e.p.lstat(b"/d").expect("whiteout").kind,
+        FileType::CharDevice
+    );
+    assert_eq!(e.p.stat(b"/").expect("stat").nlink, root_links - 1);
+    assert_eq!(e.p.stat(b"/sub").expect("stat").nlink, 3);
+    assert_eq!(
+        err(e
+            .p
+            .rename(b"/sub/b", b"/a", RENAME_WHITEOUT | RENAME_EXCHANGE)),
+        libc::EINVAL
+    );
+    // A fresh mount sees the same.
+    let e = e.remount();
+    assert_eq!(
+        e.p.lstat(b"/a").expect("whiteout").kind,
+        FileType::CharDevice
+    );
+}
+
+/// Issue 12.7: st_blocks counts the blocks really stored: a 100 MiB file with one byte
+/// written reports one block; writes into holes, truncation and hole punching keep the count
+/// exact, also for a fresh mount (the count is in the stat).
+#[test]
+fn st_blocks_counts_stored_blocks_of_sparse_files() {
+    let mut e = env();
+    let blocks = |e: &common::Env, p: &str| e.p.stat(p.as_bytes()).expect("stat").blocks;
+    let f = e.p.open(b"/s", rw()).expect("create");
+    e.p.write_at(&f, 100 * 1024 * 1024 - 1, b"x")
+        .expect("write");
+    e.p.close(f).expect("close");
+    assert_eq!(e.p.stat(b"/s").expect("stat").size, 100 << 20);
+    assert_eq!(blocks(&e, "/s"), 8, "one 4 KiB block");
+    for round in 0..2 {
+        // Fill two holes (one twice: rewriting stored data adds nothing), extend, punch.
+        let f = e.p.open(b"/s", rw()).expect("open");
+        e.p.write_at(&f, 0, &[1u8; 5000]).expect("write");
+        e.p.write_at(&f, 0, &[2u8; 5000]).expect("rewrite");
+        assert_eq!(blocks(&e, "/s"), 8 * 3, "round {round}");
+        e.p.fallocate(&f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096)
+            .expect("punch");
+        assert_eq!(blocks(&e, "/s"), 8 * 2);
+        e.p.ftruncate(&f, 8192).expect("truncate");
+        assert_eq!(blocks(&e, "/s"), 8, "only block 1 is left");
+        e.p.ftruncate(&f, 100 << 20).expect("extend");
+        assert_eq!(blocks(&e, "/s"), 8);
+        e.p.write_at(&f, (100 << 20) - 1, b"x").expect("write");
+        e.p.close(f).expect("close");
+        assert_eq!(blocks(&e, "/s"), 16);
+        e.p.truncate(b"/s", 0).expect("truncate to 0");
+        assert_eq!(blocks(&e, "/s"), 0);
+        let f = e.p.open(b"/s", rw()).expect("open");
+        e.p.write_at(&f, 100 * 1024 * 1024 - 1, b"x")
+            .expect("write");
+        e.p.close(f).expect("close");
+        // A dense file counts every block; a fresh mount continues from the stored count.
+        put(&e, "/dense", &[7u8; 3 * 4096 + 1]);
+        assert_eq!(blocks(&e, "/dense"), 8 * 4);
+        e = e.remount();
+    }
+    // A file without a count (an image from before it existed: rdev 0) reports what its size
+    // implies, and is counted from there on.
+    e.p.setattr(b"/dense", &SetAttr::default()).expect("touch");
+    assert_eq!(blocks(&e, "/dense"), 8 * 4);
 }

@@ -32,7 +32,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fern_fs::perm::{self, Cred};
+use fern_fs::perm::Cred;
 use fern_fs::{Fh, Fs, FsError, InodeId, SetAttr};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
@@ -57,11 +57,15 @@ pub struct FernFuse {
     max_write: u32,
     stats: StatsSource,
     killpriv: KillPriv,
+    /// Ask for FUSE_POSIX_ACL (only with `default_permissions`: the kernel then enforces ACLs).
+    posix_acl: bool,
 }
 
 impl FernFuse {
     /// An adapter serving `fs` with the kernel-facing choices of `opts`.
     pub fn new(fs: Arc<Fs>, opts: &MountOptions) -> Self {
+        // atime is the file system's business under FUSE; the mount options say how.
+        fs.set_atime_policy(opts.atime);
         Self {
             fs,
             entry_ttl: opts.entry_ttl,
@@ -70,6 +74,7 @@ impl FernFuse {
             max_write: opts.max_write,
             stats: opts.stats.clone(),
             killpriv: KillPriv::default(),
+            posix_acl: opts.default_permissions,
         }
     }
 }
@@ -86,6 +91,12 @@ fn cred(req: &Request) -> Cred {
     // FUSE passes the caller's fsuid/fsgid but not its supplementary groups; with
     // default_permissions the kernel has already done every check that needs them.
     Cred::user(req.uid(), req.gid())
+}
+
+/// The caller of a create-type request with its umask: fern-fs applies it unless the parent
+/// directory has a default ACL (the kernel sends it unapplied under FUSE_DONT_MASK).
+fn creator(req: &Request, umask: u32) -> Cred {
+    Cred { umask, ..cred(req) }
 }
 
 fn name(n: &OsStr) -> &[u8] {
@@ -117,6 +128,13 @@ impl Filesystem for FernFuse {
     ///   chown (`killpriv`). The kernel then sets SB_NOSEC, so once it has seen that a file
     ///   has neither set-id bits nor capabilities (S_NOSEC), its writes no longer ask us for
     ///   `security.capability` first (one round trip per write saved).
+    /// * POSIX_ACL + DONT_MASK, with `default_permissions` (the default): the kernel enforces
+    ///   the ACLs it reads from `system.posix_acl_access` (cached per inode, dropped when we
+    ///   are sent a setattr or an ACL change) and leaves the umask to us, since it must not
+    ///   apply under a directory with a default ACL (fern-fs's `acl::inherit`). fern-fs keeps
+    ///   mode and ACL in step, as the kernel expects of a FUSE file system with this flag.
+    ///   The kernel turns default_permissions on with it, so with `nodefault_permissions` it
+    ///   is not requested and `access` checks ACLs here.
     /// * WRITEBACK_CACHE, only with `-o writeback_cache` (see `MountOptions`).
     /// * max_write 1 MiB (with MAX_PAGES, which fuser requests when offered).
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
@@ -127,6 +145,9 @@ impl Filesystem for FernFuse {
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.writeback {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if self.posix_acl {
+            wanted |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
         }
         let _ = config.add_capabilities(wanted & config.capabilities());
         if self.writeback
@@ -216,20 +237,22 @@ impl Filesystem for FernFuse {
         }
     }
 
-    /// `mode` arrives with the umask already applied (we do not ask for FUSE_DONT_MASK).
+    /// `mode` arrives without the umask under FUSE_DONT_MASK; fern-fs applies `umask` unless
+    /// the directory has a default ACL (applying it twice, when the kernel did, is harmless).
     fn mknod(
         &self,
         req: &Request,
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let who = creator(req, umask);
         match self
             .fs
-            .mknod(&cred(req), ino(parent), name(n), mode, u64::from(rdev))
+            .mknod(&who, ino(parent), name(n), mode, u64::from(rdev))
         {
             Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
             Err(e) => reply.error(errno(&e)),
@@ -242,12 +265,12 @@ impl Filesystem for FernFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         match self
             .fs
-            .mkdir(&cred(req), ino(parent), name(n), mode & 0o7777)
+            .mkdir(&creator(req, umask), ino(parent), name(n), mode & 0o7777)
         {
             Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
             Err(e) => reply.error(errno(&e)),
@@ -286,10 +309,11 @@ impl Filesystem for FernFuse {
         }
     }
 
-    /// RENAME_WHITEOUT (overlayfs) is passed on and refused by fern-fs as EINVAL.
+    /// RENAME_WHITEOUT (overlayfs) is passed on by the kernel (which has checked CAP_MKNOD)
+    /// and done by fern-fs, the whiteout owned by the caller.
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         n: &OsStr,
         newparent: INodeNo,
@@ -297,7 +321,8 @@ impl Filesystem for FernFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.fs.rename(
+        match self.fs.rename_as(
+            &cred(req),
             ino(parent),
             name(n),
             ino(newparent),
@@ -611,13 +636,9 @@ impl Filesystem for FernFuse {
         }
     }
 
-    /// Only sent without default_permissions (access(2), and execve's checks).
+    /// Only sent without default_permissions (access(2), and execve's checks): mode and ACL.
     fn access(&self, req: &Request, i: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let checked = self
-            .fs
-            .getattr(ino(i))
-            .and_then(|a| perm::check_access(&a, &cred(req), mask.bits() as u32 & 7));
-        match checked {
+        match self.fs.access(&cred(req), ino(i), mask.bits() as u32 & 7) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -629,14 +650,15 @@ impl Filesystem for FernFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let of = open_flags(flags, self.writeback);
+        let who = creator(req, umask);
         match self
             .fs
-            .create(&cred(req), ino(parent), name(n), mode & 0o7777, of)
+            .create(&who, ino(parent), name(n), mode & 0o7777, of)
         {
             Ok((a, h)) => reply.created(
                 &self.entry_ttl,

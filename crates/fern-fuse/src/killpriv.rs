@@ -20,12 +20,8 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use fern_fs::{Fh, Fs, InodeId, SetAttr};
+use fern_fs::{setid_bits_to_clear, Fh, Fs, InodeId, SetAttr};
 
-/// Set-user-id and set-group-id bits; group-execute.
-const S_ISUID: u32 = 0o4000;
-const S_ISGID: u32 = 0o2000;
-const S_IXGRP: u32 = 0o0010;
 /// The file-capability attribute.
 const CAPS: &[u8] = b"security.capability";
 
@@ -52,23 +48,14 @@ impl KillPriv {
     }
 }
 
-/// The set-id bits a modification by an unprivileged caller removes from `mode`.
-pub(crate) fn bits_to_kill(mode: u32) -> u32 {
-    let mut kill = mode & S_ISUID;
-    if mode & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP) {
-        kill |= S_ISGID;
-    }
-    kill
-}
-
-/// Clears the set-id bits (per [`bits_to_kill`]) and file capabilities of `ino`. Failures
+/// Clears the set-id bits (per [`fern_fs::setid_bits_to_clear`]) and file capabilities of `ino`. Failures
 /// are logged, not returned: the modification itself succeeded and is already acknowledged
 /// to the kernel's caller.
 pub(crate) fn drop_privs(fs: &Fs, ino: InodeId) {
     match fs.getattr(ino) {
-        Ok(a) if bits_to_kill(a.perm) != 0 => {
+        Ok(a) if setid_bits_to_clear(a.perm) != 0 => {
             let sa = SetAttr {
-                mode: Some(a.perm & !bits_to_kill(a.perm)),
+                mode: Some(a.perm & !setid_bits_to_clear(a.perm)),
                 ..SetAttr::default()
             };
             if let Err(e) = fs.setattr(ino, &sa) {
@@ -87,23 +74,5 @@ pub(crate) fn drop_caps(fs: &Fs, ino: InodeId) {
         if let Err(e) = fs.removexattr(ino, CAPS) {
             log::warn!("removing file capabilities of inode {}: {e}", ino.0);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bits_to_kill;
-
-    #[test]
-    fn setgid_goes_only_when_group_executable() {
-        assert_eq!(bits_to_kill(0o4755), 0o4000);
-        assert_eq!(bits_to_kill(0o6755), 0o6000);
-        assert_eq!(
-            bits_to_kill(0o2745),
-            0,
-            "sgid without g+x is mandatory locking"
-        );
-        assert_eq!(bits_to_kill(0o6745), 0o4000);
-        assert_eq!(bits_to_kill(0o0777), 0);
     }
 }

@@ -2,10 +2,13 @@
 //! [`MountOptions`], and their translation into fuser's session [`fuser::Config`]. It owns the
 //! defaults and why they are what they are; it must never touch the file system.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fern_fs::{AtimeMode, AtimePolicy};
 use fuser::{Config, MountOption, SessionACL};
+use nix::mount::MsFlags;
 
 /// How a fernfs mount talks to the kernel.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,8 +42,18 @@ pub struct MountOptions {
     /// Store cache size in bytes (`cache_size=BYTES`, suffixes k/m/g); used by whoever opens
     /// the store, not by the adapter.
     pub cache_size: Option<u64>,
-    /// Options the adapter does not know, passed through to the kernel mount (`dev`, `suid`...).
+    /// When reads update atime (`relatime`, the default; `strictatime`; `noatime`; and
+    /// `nodiratime`). FUSE leaves atime to the file system (the kernel marks FUSE inodes
+    /// S_NOATIME), so this goes to fern-fs (`Fs::set_atime_policy`); the kernel mount gets the
+    /// matching flags too ([`MountOptions::atime_flags`]), so /proc/mounts shows them.
+    pub atime: AtimePolicy,
+    /// Generic mount flags and FUSE kernel options, passed through to the kernel mount
+    /// (`dev`, `noatime`, `max_read=N`, ...; see `kernel_option`). Anything else is refused
+    /// when parsed.
     pub passthrough: Vec<String>,
+    /// Where the mount daemon logs (`log=PATH`, appended to); `None`: syslog when
+    /// `/dev/log` exists, else stderr. Used by whoever runs the daemon, not by the adapter.
+    pub log: Option<PathBuf>,
     /// `fsname` shown in /proc/mounts.
     pub fsname: String,
     /// Where the virtual `fernfs.stats` xattr of the root gets its value (set by whoever
@@ -115,17 +128,26 @@ impl Default for MountOptions {
             threads: 2,
             max_write: 1 << 20,
             cache_size: None,
+            atime: AtimePolicy::default(),
             passthrough: Vec::new(),
+            log: None,
             fsname: "fernfs".into(),
             stats: StatsSource::default(),
         }
     }
 }
 
-/// A malformed option.
+/// A malformed or unknown option.
 #[derive(Debug, thiserror::Error)]
-#[error("bad mount option `{0}`: {1}")]
-pub struct OptionError(pub String, pub &'static str);
+pub enum OptionError {
+    /// A known option with a bad value.
+    #[error("bad mount option `{0}`: {1}")]
+    Bad(String, &'static str),
+    /// Neither ours, nor a generic mount flag, nor a FUSE kernel option: refused before any
+    /// mount is attempted (the kernel would refuse it with a bare EINVAL).
+    #[error("unknown mount option '{0}'")]
+    Unknown(String),
+}
 
 impl MountOptions {
     /// Applies a comma-separated option string (may be given several times, later wins).
@@ -135,7 +157,7 @@ impl MountOptions {
                 Some((k, v)) => (k, Some(v)),
                 None => (opt, None),
             };
-            let bad = |why| OptionError(opt.to_string(), why);
+            let bad = |why| OptionError::Bad(opt.to_string(), why);
             let num = |v: Option<&str>| -> Result<u64, OptionError> {
                 v.ok_or_else(|| bad("needs a value"))
                     .and_then(|v| parse_size(v).ok_or_else(|| bad("not a number")))
@@ -171,11 +193,25 @@ impl MountOptions {
                     self.max_write = n as u32;
                 }
                 "cache_size" => self.cache_size = Some(num(val)?),
+                // mount(8): `atime` and `norelatime` mean "the default" and "not relatime";
+                // the kernel's default is relatime, and "not relatime" is strict.
+                "relatime" | "atime" => self.atime.mode = AtimeMode::Relatime,
+                "strictatime" | "norelatime" => self.atime.mode = AtimeMode::Strict,
+                "noatime" => self.atime.mode = AtimeMode::Never,
+                "nodiratime" => self.atime.nodiratime = true,
+                "diratime" => self.atime.nodiratime = false,
                 "fsname" => self.fsname = val.ok_or_else(|| bad("needs a value"))?.to_string(),
+                "log" => {
+                    let p = val
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| bad("needs a path"))?;
+                    self.log = Some(PathBuf::from(p));
+                }
                 // mount(8) and fstab noise that means nothing to a FUSE mount.
                 "defaults" | "auto" | "noauto" | "user" | "users" | "nofail" | "_netdev" => {}
                 k if k.starts_with("x-") || k.starts_with("comment=") => {}
-                _ => self.passthrough.push(opt.to_string()),
+                _ if kernel_option(opt).is_some() => self.passthrough.push(opt.to_string()),
+                _ => return Err(OptionError::Unknown(key.to_string())),
             }
         }
         Ok(())
@@ -205,12 +241,43 @@ impl MountOptions {
         if let Some(c) = self.cache_size {
             v.push(format!("cache_size={c}"));
         }
+        v.push(
+            match self.atime.mode {
+                AtimeMode::Relatime => "relatime",
+                AtimeMode::Strict => "strictatime",
+                AtimeMode::Never => "noatime",
+            }
+            .into(),
+        );
+        if self.atime.nodiratime {
+            v.push("nodiratime".into());
+        }
+        if let Some(l) = &self.log {
+            v.push(format!("log={}", l.display()));
+        }
         v.push(format!("fsname={}", self.fsname));
         v.extend(self.passthrough.iter().cloned());
         v.join(",")
     }
 
-    /// The fuser session configuration.
+    /// The kernel mount flags that show the atime policy (fern-fs applies it; FUSE inodes are
+    /// S_NOATIME to the kernel, so these only inform /proc/mounts and findmnt).
+    pub(crate) fn atime_flags(&self) -> MsFlags {
+        let mode = match self.atime.mode {
+            AtimeMode::Relatime => MsFlags::MS_RELATIME,
+            AtimeMode::Strict => MsFlags::MS_STRICTATIME,
+            AtimeMode::Never => MsFlags::MS_NOATIME,
+        };
+        if self.atime.nodiratime {
+            mode | MsFlags::MS_NODIRATIME
+        } else {
+            mode
+        }
+    }
+
+    /// The fuser session configuration. fern-fuse mounts by itself (`mount.rs`) and uses only
+    /// the ACL and thread settings of it; the mount options serve `fuser::Session::new` users
+    /// (the benchmarks' null file system), and carry no pass-through options.
     pub fn fuser_config(&self) -> Config {
         let mut c = Config::default();
         let mut o = vec![
@@ -225,7 +292,6 @@ impl MountOptions {
         if self.default_permissions {
             o.push(MountOption::DefaultPermissions);
         }
-        o.extend(self.passthrough.iter().filter_map(|p| kernel_option(p)));
         c.mount_options = o;
         c.acl = if self.allow_other {
             SessionACL::All
@@ -240,25 +306,38 @@ impl MountOptions {
     }
 }
 
-/// A pass-through option as fuser's mount option: the generic mount flags by name (they are
-/// `mount(2)` flags, not FUSE data options, so they must not be sent as text); atime variants
-/// fuser cannot express (`relatime`, the default, `strictatime`, `nodiratime`) are dropped;
-/// anything else goes to the kernel as a FUSE option, which rejects what it does not know.
-fn kernel_option(opt: &str) -> Option<MountOption> {
+/// What a pass-through option is to the kernel: a generic mount(2) flag set or cleared (they
+/// are flags, not FUSE data options, so they must not be sent as text), or a FUSE data
+/// option. `None`: not a kernel option at all. The atime options never get here: they are
+/// parsed into [`MountOptions::atime`] and reach the kernel through `atime_flags`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KernelOption {
+    Set(MsFlags),
+    Clear(MsFlags),
+    Data,
+}
+
+pub(crate) fn kernel_option(opt: &str) -> Option<KernelOption> {
+    use KernelOption::{Clear, Data, Set};
     Some(match opt {
-        "dev" => MountOption::Dev,
-        "nodev" => MountOption::NoDev,
-        "suid" => MountOption::Suid,
-        "nosuid" => MountOption::NoSuid,
-        "exec" => MountOption::Exec,
-        "noexec" => MountOption::NoExec,
-        "atime" => MountOption::Atime,
-        "noatime" => MountOption::NoAtime,
-        "sync" => MountOption::Sync,
-        "async" => MountOption::Async,
-        "dirsync" => MountOption::DirSync,
-        "relatime" | "strictatime" | "nodiratime" | "lazytime" => return None,
-        other => MountOption::CUSTOM(other.to_string()),
+        "dev" => Clear(MsFlags::MS_NODEV),
+        "nodev" => Set(MsFlags::MS_NODEV),
+        "suid" => Clear(MsFlags::MS_NOSUID),
+        "nosuid" => Set(MsFlags::MS_NOSUID),
+        "exec" => Clear(MsFlags::MS_NOEXEC),
+        "noexec" => Set(MsFlags::MS_NOEXEC),
+        "lazytime" => Set(MsFlags::MS_LAZYTIME),
+        "nolazytime" => Clear(MsFlags::MS_LAZYTIME),
+        "sync" => Set(MsFlags::MS_SYNCHRONOUS),
+        "async" => Clear(MsFlags::MS_SYNCHRONOUS),
+        "dirsync" => Set(MsFlags::MS_DIRSYNC),
+        o if o
+            .strip_prefix("max_read=")
+            .is_some_and(|n| n.parse::<u32>().is_ok()) =>
+        {
+            Data
+        }
+        _ => return None,
     })
 }
 
@@ -282,13 +361,26 @@ mod tests {
     #[test]
     fn parses_and_round_trips() {
         let mut o = MountOptions::default();
-        o.parse_into("ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,defaults")
-            .unwrap();
+        o.parse_into(
+            "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults",
+        )
+        .unwrap();
         assert!(o.read_only && o.allow_other);
         assert_eq!(o.threads, 8);
         assert_eq!(o.cache_size, Some(64 << 20));
         assert_eq!(o.attr_ttl, Duration::from_millis(500));
-        assert_eq!(o.passthrough, vec!["noatime".to_string()]);
+        assert_eq!(
+            o.atime,
+            AtimePolicy {
+                mode: AtimeMode::Never,
+                nodiratime: true
+            }
+        );
+        assert_eq!(
+            o.atime_flags(),
+            MsFlags::MS_NOATIME | MsFlags::MS_NODIRATIME
+        );
+        assert!(o.passthrough.is_empty());
         let mut p = MountOptions::default();
         p.parse_into(&o.to_option_string()).unwrap();
         assert_eq!(o, p);
@@ -297,18 +389,45 @@ mod tests {
     #[test]
     fn mount_flags_are_flags_not_fuse_options() {
         let mut o = MountOptions::default();
-        o.parse_into("noatime,relatime,nodev,max_read=65536")
+        o.parse_into("noatime,relatime,nodev,max_read=65536,log=/tmp/l")
             .unwrap();
-        let c = o.fuser_config();
-        assert!(c.mount_options.contains(&MountOption::NoAtime));
-        assert!(c.mount_options.contains(&MountOption::NoDev));
-        assert!(c
-            .mount_options
-            .contains(&MountOption::CUSTOM("max_read=65536".into())));
-        assert!(!c
-            .mount_options
-            .iter()
-            .any(|m| matches!(m, MountOption::CUSTOM(s) if s.contains("atime"))));
+        assert_eq!(o.log.as_deref(), Some(std::path::Path::new("/tmp/l")));
+        assert_eq!(kernel_option("noatime"), None, "parsed as the atime policy");
+        assert_eq!(
+            o.atime.mode,
+            AtimeMode::Relatime,
+            "the last atime option wins"
+        );
+        assert_eq!(
+            kernel_option("nodev"),
+            Some(KernelOption::Set(MsFlags::MS_NODEV))
+        );
+        assert_eq!(
+            kernel_option("dev"),
+            Some(KernelOption::Clear(MsFlags::MS_NODEV))
+        );
+        assert_eq!(kernel_option("max_read=65536"), Some(KernelOption::Data));
+        assert_eq!(kernel_option("max_read=x"), None);
+    }
+
+    #[test]
+    fn atime_options_last_one_wins() {
+        let mut o = MountOptions::default();
+        assert_eq!(o.atime.mode, AtimeMode::Relatime);
+        assert_eq!(o.atime_flags(), MsFlags::MS_RELATIME);
+        o.parse_into("noatime,strictatime").unwrap();
+        assert_eq!(o.atime.mode, AtimeMode::Strict);
+        o.parse_into("atime").unwrap();
+        assert_eq!(o.atime.mode, AtimeMode::Relatime);
+    }
+
+    #[test]
+    fn unknown_options_are_refused_by_name() {
+        let mut o = MountOptions::default();
+        let e = o.parse_into("rw,x").unwrap_err();
+        assert_eq!(e.to_string(), "unknown mount option 'x'");
+        let e = o.parse_into("bogus=3").unwrap_err();
+        assert_eq!(e.to_string(), "unknown mount option 'bogus'");
     }
 
     #[test]

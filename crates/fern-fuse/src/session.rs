@@ -2,9 +2,10 @@
 //! [`Mounted::unmount`]) and [`serve`] (the daemon's foreground loop, ended by an unmount or by
 //! SIGTERM/SIGINT/SIGHUP). It owns the shutdown order — stop taking requests, then make the
 //! store durable — and must never return while requests it acknowledged are not yet durable.
+//! It never unmounts by path: every unmount goes through `mount::KernelMount`.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use fern_fs::Fs;
@@ -12,49 +13,86 @@ use fuser::{BackgroundSession, Session};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::FernFuse;
+use crate::mount::{KernelMount, Unmounted};
 use crate::options::MountOptions;
 
 /// A mount served by background threads of this process.
 pub struct Mounted {
     session: Option<BackgroundSession>,
     fs: Arc<Fs>,
-    mountpoint: PathBuf,
+    mount: KernelMount,
+}
+
+/// Mounts (see `mount.rs`) and starts a session on the new connection; fuser never owns the
+/// mount, so it never unmounts anything. If the handshake fails, our mount is detached.
+fn start(
+    fs: &Arc<Fs>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> io::Result<(Session<FernFuse>, KernelMount)> {
+    let (fd, mount) = KernelMount::mount(mountpoint, opts)?;
+    let config = opts.fuser_config();
+    let acl = config.acl;
+    match Session::from_fd(FernFuse::new(fs.clone(), opts), fd, acl, config) {
+        Ok(s) => Ok((s, mount)),
+        Err(e) => {
+            let _ = mount.unmount(true);
+            Err(e)
+        }
+    }
 }
 
 impl Mounted {
     /// Mounts `fs` at `mountpoint`; returns once the kernel has completed the FUSE handshake,
     /// so the mount is usable.
     pub fn spawn(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mounted> {
-        let adapter = FernFuse::new(fs.clone(), opts);
-        let session = Session::new(adapter, mountpoint, &opts.fuser_config())?.spawn()?;
+        let (session, mount) = start(&fs, mountpoint, opts)?;
         Ok(Mounted {
-            session: Some(session),
+            session: Some(session.spawn()?),
             fs,
-            mountpoint: mountpoint.to_path_buf(),
+            mount,
         })
     }
 
     /// Where it is mounted.
     pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
+        self.mount.mountpoint()
     }
 
-    /// Unmounts (fails with EBUSY while something on the mount is in use), waits for the
-    /// request threads to finish, then syncs the store.
+    /// Unmounts (fails with EBUSY while something on the mount is in use, and when another
+    /// mount covers ours), waits for the request threads to finish, then syncs the store.
     pub fn unmount(mut self) -> io::Result<()> {
+        match self.mount.unmount(false)? {
+            Unmounted::Done | Unmounted::Gone => {}
+            Unmounted::Covered => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "another file system is mounted over {}",
+                        self.mount.mountpoint().display()
+                    ),
+                ))
+            }
+        }
         if let Some(s) = self.session.take() {
-            s.umount_and_join()?;
+            s.join()?;
         }
         self.fs.syncfs().map_err(io::Error::other)
     }
 }
 
 impl Drop for Mounted {
-    /// A forgotten `unmount` must not leave a mount behind: detach it (lazily if busy).
+    /// A forgotten `unmount` must not leave a mount behind: detach ours (lazily if busy; not
+    /// at all if something covers it — the session thread then stays until it is unmounted).
     fn drop(&mut self) {
         if let Some(s) = self.session.take() {
-            if s.umount_and_join().is_err() {
-                let _ = lazy_unmount(&self.mountpoint);
+            if matches!(
+                self.mount.unmount(false),
+                Ok(Unmounted::Done | Unmounted::Gone)
+            ) {
+                let _ = s.join();
+            } else {
+                let _ = self.mount.unmount(true);
             }
             let _ = self.fs.syncfs();
         }
@@ -92,9 +130,11 @@ pub fn block_session_signals() -> io::Result<SigSet> {
 
 /// Serves `fs` at `mountpoint` on this thread until unmounted or signalled; `on_ready` runs
 /// once the mount is usable (the daemon tells its parent then). On SIGTERM, SIGINT or SIGHUP
-/// the store is synced at once and the mount is unmounted (lazily, if busy: the kernel then
-/// keeps the connection until the last open file closes, and we keep serving it). When the
-/// session ends the store is synced again, so every acknowledged write is durable.
+/// the store is synced at once and our mount is unmounted (lazily, if busy: the kernel then
+/// keeps the connection until the last open file closes, and we keep serving it) — only if it
+/// is the topmost mount at its path (`KernelMount::unmount`); a session ended by someone
+/// else's unmount unmounts nothing. When the session ends the store is synced again, so every
+/// acknowledged write is durable.
 ///
 /// Blocks those signals in the calling thread (and so in every thread it starts); call it
 /// from the process's main thread before starting other threads.
@@ -105,26 +145,39 @@ pub fn serve(
     on_ready: impl FnOnce(),
 ) -> io::Result<Stopped> {
     let set = block_session_signals()?;
-    let adapter = FernFuse::new(fs.clone(), opts);
-    let mut session = Session::new(adapter, mountpoint, &opts.fuser_config())?;
-    let mut unmounter = session.unmount_callable();
-    let mp = mountpoint.to_path_buf();
+    let (session, mount) = start(&fs, mountpoint, opts)?;
+    let mount = Arc::new(mount);
+    let sig_mount = mount.clone();
     let sig_fs = fs.clone();
     let watcher = std::thread::Builder::new()
         .name("fernfs-signals".into())
         .spawn(move || -> Option<i32> {
-            // SIGUSR1 is our own "session over" wake-up, sent after the loop ends.
-            let sig = set.wait().ok()?;
-            if sig == Signal::SIGUSR1 {
-                return None;
+            loop {
+                // SIGUSR1 is our own "session over" wake-up, sent after the loop ends.
+                let sig = set.wait().ok()?;
+                if sig == Signal::SIGUSR1 {
+                    return None;
+                }
+                if let Err(e) = sig_fs.syncfs() {
+                    log::error!("sync on {sig} failed: {e}");
+                }
+                let mp = sig_mount.mountpoint().display();
+                match sig_mount.unmount(true) {
+                    Ok(Unmounted::Done) => log::info!("{sig}: unmounting {mp}"),
+                    Ok(Unmounted::Gone) => log::info!("{sig}: {mp} is already unmounted"),
+                    // Unmounting by path would hit the mount on top: keep serving (the
+                    // store is synced) until ours is unmounted.
+                    Ok(Unmounted::Covered) => {
+                        log::warn!(
+                            "{sig}: another file system is mounted over {mp}; not unmounting \
+                             (store synced); unmount that one first"
+                        );
+                        continue;
+                    }
+                    Err(e) => log::error!("{sig}: unmounting {mp} failed: {e}"),
+                }
+                return Some(sig as i32);
             }
-            if let Err(e) = sig_fs.syncfs() {
-                log::error!("sync on {sig} failed: {e}");
-            }
-            if unmounter.unmount().is_err() {
-                let _ = lazy_unmount(&mp);
-            }
-            Some(sig as i32)
         })?;
     on_ready();
     let run = session.run();
@@ -135,37 +188,13 @@ pub fn serve(
         Ok(Some(sig)) => Stopped::Signal(sig),
         _ => Stopped::Unmounted,
     };
+    // A session that ended by an error leaves its mount attached to no one: detach it, if it
+    // is still there and ours (after an unmount it is Gone and nothing is touched).
+    if run.is_err() {
+        let _ = mount.unmount(true);
+    }
     let synced = fs.syncfs().map_err(io::Error::other);
     run?;
     synced?;
     Ok(stopped)
-}
-
-/// Detaches the mount now; the kernel finishes it when the last user goes.
-pub fn lazy_unmount(mountpoint: &Path) -> io::Result<()> {
-    match nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH) {
-        Ok(()) => Ok(()),
-        // Not root: the setuid helper may unmount what its user mounted.
-        Err(nix::errno::Errno::EPERM) => fusermount_unmount(mountpoint, true),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Unmounts through `fusermount3 -u` (`-z`: lazily).
-pub fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
-    let mut cmd = std::process::Command::new("fusermount3");
-    cmd.arg("-u");
-    if lazy {
-        cmd.arg("-z");
-    }
-    let out = cmd.arg("--").arg(mountpoint).output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "fusermount3 -u {}: {}",
-            mountpoint.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
 }

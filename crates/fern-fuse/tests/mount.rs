@@ -2,9 +2,9 @@
 //! unlink-while-open, truncate and xattr operations through std::fs and libc; then unmount,
 //! remount over the same store and check that everything persisted.
 //!
-//! Needs /dev/fuse and the right to mount (root, or fusermount3). Without them the test says
-//! SKIPPED on stderr and returns; it never passes silently in a way that hides a broken mount
-//! (a mount that fails for any other reason fails the test). A watchdog detaches the mount and
+//! Needs /dev/fuse and the right to mount (root, or fusermount3). Without them a test says
+//! SKIPPED and returns, unless `FERN_REQUIRE_FUSE=1` (CI) makes that a failure (fern-testkit);
+//! a mount that fails for any other reason fails the test. A watchdog detaches the mount and
 //! aborts if anything hangs.
 #![allow(unsafe_code)]
 
@@ -22,21 +22,7 @@ use fern_fs::{Fs, MkfsOptions};
 use fern_fuse::{MountOptions, Mounted};
 use fern_kv::mem::MemStore;
 use fern_kv::KvStore;
-
-fn fuse_available() -> Result<(), String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is absent".into());
-    }
-    let root = nix::unistd::geteuid().is_root();
-    let helper = std::process::Command::new("fusermount3")
-        .arg("-V")
-        .output()
-        .is_ok();
-    if !root && !helper {
-        return Err("not root and no fusermount3".into());
-    }
-    Ok(())
-}
+use fern_testkit::{fuse_as_root, fuse_available, skipped, Need};
 
 /// Detaches the mount and aborts the test process if the test has not finished in time. It
 /// also runs the mount tests one at a time: a test that forks (a child as `nobody`, a running
@@ -144,8 +130,7 @@ fn names(dir: &Path) -> Vec<String> {
 
 #[test]
 fn posix_operations_through_a_real_mount_persist_across_remount() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: real FUSE mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -296,8 +281,7 @@ fn posix_operations_through_a_real_mount_persist_across_remount() {
 
 #[test]
 fn concurrent_clients_in_one_directory() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: real FUSE mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -438,12 +422,10 @@ fn as_nobody(dir: &Path, script: &str, stdout: Option<File>) {
 /// no longer make the kernel ask for `security.capability` first.
 #[test]
 fn killpriv_v2_unprivileged_modification_drops_set_id_bits_and_capabilities() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: real FUSE mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: killpriv test: needs root to act as another user");
+    if skipped(Need::Fuse, fuse_as_root()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -566,8 +548,7 @@ fn killpriv_v2_unprivileged_modification_drops_set_id_bits_and_capabilities() {
 #[test]
 fn open_rdonly_trunc_of_a_running_executable_is_etxtbsy_and_harmless() {
     use std::os::unix::fs::OpenOptionsExt;
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: real FUSE mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -40,6 +40,7 @@ pub fn map_error(e: Error) -> KvError {
             "fern-tree environment refuses writes after an earlier failure: {why}"
         )),
         e @ Error::NoSpace { .. } => KvError::Io(io::Error::new(io::ErrorKind::StorageFull, e)),
+        e @ Error::ReadOnly(_) => KvError::Io(io::Error::new(io::ErrorKind::ReadOnlyFilesystem, e)),
         e @ (Error::Checksum { .. }
         | Error::Corrupt { .. }
         | Error::MissingNode(_)

@@ -1,4 +1,4 @@
-//! E9 of WORKLOADS.md: durable commits per second with 1, 4 and 16 threads, each committing
+//! E9 of docs/workloads.md: durable commits per second with 1, 4 and 16 threads, each committing
 //! small batches with `Durability::Sync`. Concurrent commits share fsyncs (group commit, W3),
 //! so the rate should grow almost linearly with threads while one fsync is the bottleneck.
 //!

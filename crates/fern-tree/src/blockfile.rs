@@ -182,6 +182,10 @@ pub struct Opened {
     pub checkpoint_lsn: Lsn,
     /// The meta blob recorded by that checkpoint.
     pub meta: Vec<u8>,
+    /// Damage open worked around (B6): a header slot that has the magic but does not verify
+    /// while the other one does, or a verified older slot whose checkpoint is unreadable.
+    /// Empty for a healthy image. Slots are named A (offset 0) and B (offset 4096).
+    pub header_notes: Vec<String>,
 }
 
 /// Headers, BTT, allocator and copy-on-write bookkeeping of one image. See the module comment.
@@ -491,10 +495,14 @@ impl BlockFile {
             .collect();
         let mut valid: Vec<Header> = Vec::new();
         let mut errors: Vec<Error> = Vec::new();
-        for s in slots {
+        let mut invalid_slots = Vec::new();
+        for (i, s) in slots.into_iter().enumerate() {
             match s {
-                SlotState::Absent => {}
-                SlotState::Invalid(e) => errors.push(e),
+                SlotState::Absent => invalid_slots.push((i, "holds no header".to_string())),
+                SlotState::Invalid(e) => {
+                    invalid_slots.push((i, e.to_string()));
+                    errors.push(e)
+                }
                 // A newer writer touched the image: even the other slot may no longer describe
                 // it, so refuse rather than fall back.
                 SlotState::Unsupported(found) => {
@@ -519,14 +527,37 @@ impl BlockFile {
         };
         let (newest, meta) = load_ckpt(&*dev, &top, file_len)?;
         validate_extents(&newest.extents(), file_len)?;
+        let slot_name = |g: u64| if g.is_multiple_of(2) { 'A' } else { 'B' };
+        let using = slot_name(top.generation);
+        let mut header_notes: Vec<String> = invalid_slots
+            .iter()
+            .map(|(i, why)| {
+                format!(
+                    "header slot {} unreadable ({why}), using {using}",
+                    if *i == 0 { 'A' } else { 'B' }
+                )
+            })
+            .collect();
         // The older checkpoint only matters as a fallback; if it is unreadable it simply stops
         // being one (its slot is the next one overwritten).
         let previous = valid.get(1).and_then(|h| {
-            let (ck, _) = load_ckpt(&*dev, h, file_len).ok()?;
-            let mut all = newest.extents();
-            all.extend(ck.extents());
-            validate_extents(&all, file_len).ok()?;
-            Some(ck)
+            let loaded = load_ckpt(&*dev, h, file_len).and_then(|(ck, _)| {
+                let mut all = newest.extents();
+                all.extend(ck.extents());
+                validate_extents(&all, file_len)?;
+                Ok(ck)
+            });
+            match loaded {
+                Ok(ck) => Some(ck),
+                Err(e) => {
+                    header_notes.push(format!(
+                        "header slot {}: older checkpoint {} unreadable ({e}), using {using}",
+                        slot_name(h.generation),
+                        h.generation
+                    ));
+                    None
+                }
+            }
         });
         let mut used: BTreeMap<u64, u64> = BTreeMap::new();
         for ck in std::iter::once(&newest).chain(previous.iter()) {
@@ -574,6 +605,7 @@ impl BlockFile {
             file,
             checkpoint_lsn: top.lsn,
             meta,
+            header_notes,
         })
     }
 

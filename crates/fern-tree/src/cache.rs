@@ -3,7 +3,9 @@
 //! Owns which nodes are in memory and how much memory they use (every loaded partition counts,
 //! buffers included — invariant C1). Eviction picks the least recently used nodes that nobody is
 //! using; a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
-//! a change (invariant C2). Never: decides tree structure, or frees blocks.
+//! a change (invariant C2). In a read-only open (W11) dirty nodes cannot be written, so they are
+//! never evicted: the bound then holds for clean nodes only. Never: decides tree structure, or
+//! frees blocks.
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -50,10 +52,13 @@ pub(crate) struct Cache {
     dirty_evictions: AtomicU64,
     /// One evictor at a time, so a dirty node is never written twice concurrently.
     evicting: Mutex<()>,
+    /// Dirty nodes are never evicted (a read-only open, W11: they cannot be written, and
+    /// dropping them would lose the replayed log); only clean ones count against the bound.
+    keep_dirty: bool,
 }
 
 impl Cache {
-    pub(crate) fn new(limit: usize) -> Cache {
+    pub(crate) fn new(limit: usize, keep_dirty: bool) -> Cache {
         Cache {
             map: Mutex::new(HashMap::new()),
             used: AtomicUsize::new(0),
@@ -64,6 +69,7 @@ impl Cache {
             evictions: AtomicU64::new(0),
             dirty_evictions: AtomicU64::new(0),
             evicting: Mutex::new(()),
+            keep_dirty,
         }
     }
 
@@ -221,6 +227,9 @@ impl Cache {
                     _ => continue,
                 }
             };
+            if node.is_dirty() && self.keep_dirty {
+                continue;
+            }
             if node.is_dirty() {
                 // Written while still cached: a reader that misses later finds the new block.
                 write(&node)?;

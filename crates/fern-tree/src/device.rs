@@ -1,7 +1,8 @@
 //! The block-device trait: every byte the engine reads or writes goes through it.
 //!
 //! Owns: positioned reads and writes, length changes, durability barriers, hole punching, and
-//! the implementations: [`FileDevice`] (a file), [`MemDevice`] (memory), and two test devices,
+//! the implementations: [`FileDevice`] (a file), [`MemDevice`] (memory), [`ReadOnlyDevice`]
+//! (refuses every mutating call: the read-only open, W11), and two test devices,
 //! [`FaultyDevice`] (fails the Nth mutating call) and [`CrashDevice`] (keeps written and durable
 //! bytes apart and produces what a power cut could leave).
 //! Never: caching, buffering or reordering — an implementation does exactly what it is asked.
@@ -82,6 +83,49 @@ impl FileDevice {
     pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         Ok(FileDevice { file })
+    }
+
+    /// Opens an existing file for reading only (the read-only open, W11): the kernel then
+    /// refuses any write, whatever the engine does.
+    pub fn open_read_only(path: impl AsRef<Path>) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).open(path)?;
+        Ok(FileDevice { file })
+    }
+}
+
+/// Passes reads through and fails every mutating call (write, length change, sync, punch) with
+/// `PermissionDenied`: an environment opened read-only (W11) sits on it, so a write that slipped
+/// past the engine's own checks fails instead of changing the image.
+#[derive(Debug)]
+pub struct ReadOnlyDevice(pub std::sync::Arc<dyn BlockDevice>);
+
+impl ReadOnlyDevice {
+    fn refuse(what: &str) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{what} on an image opened read-only"),
+        )
+    }
+}
+
+impl BlockDevice for ReadOnlyDevice {
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(Self::refuse("write"))
+    }
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(Self::refuse("length change"))
+    }
+    fn sync(&self) -> io::Result<()> {
+        Err(Self::refuse("sync"))
+    }
+    fn punch_hole(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(Self::refuse("hole punch"))
     }
 }
 

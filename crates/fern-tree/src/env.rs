@@ -1,6 +1,6 @@
 //! The environment: named trees sharing one block file, one node cache, one MSN sequence and
 //! one write-ahead log; atomic, logged write batches across trees; group commit; checkpoints;
-//! recovery on open; close.
+//! recovery on open (read-write, read-only: W11, or cutting a damaged log: W4); close.
 //!
 //! Owns the catalog (tree names → root node ids, next MSN, compression, log region, log epoch),
 //! which is stored as the block file's meta blob in every checkpoint, the rule that a failed
@@ -77,6 +77,16 @@ pub struct Options {
     /// the writer that notices runs them, which keeps a single-threaded run deterministic (the
     /// crash test relies on that).
     pub checkpoint_thread: bool,
+    /// Open without ever writing the image (W11): recover into memory only (replayed nodes stay
+    /// dirty in the cache, never written, so a large unreplayed log needs memory for every node
+    /// it changes), no checkpoint, no epoch bump, no punch, no background thread; every write
+    /// returns [`Error::ReadOnly`]. For checkers and exporters (`fernfs fsck`, `stat`, `export`).
+    pub read_only: bool,
+    /// Repair: when recovery finds a damaged log record that later records prove durable, cut
+    /// the log there (keeping everything before it, dropping it and everything after) instead
+    /// of failing with [`Error::Checksum`]. Never the default; what was dropped is in
+    /// [`Env::recovery`]. (W4)
+    pub cut_damaged_log: bool,
     /// Fixed size of a new image in bytes, kept in its catalog: nothing is allocated past it,
     /// new data is refused with [`Error::NoSpace`] before the reserve is touched, and the file
     /// keeps this length (format.md, "Space and the reserve"). `None`: the image grows as its
@@ -97,6 +107,8 @@ impl Default for Options {
             sync_interval: Some(Duration::from_millis(100)),
             durability: Durability::Buffered,
             checkpoint_thread: true,
+            read_only: false,
+            cut_damaged_log: false,
             capacity: None,
         }
     }
@@ -139,6 +151,17 @@ impl Options {
     }
 }
 
+/// What an open found and worked around (damage it did not refuse).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Header slots that are damaged or unusable while the other one serves (B6).
+    pub header_notes: Vec<String>,
+    /// Log records replayed after the checkpoint (sync marks not counted).
+    pub records_replayed: u64,
+    /// The damaged log record the log was cut at, with [`Options::cut_damaged_log`] only.
+    pub log_cut: Option<wal::LogCut>,
+}
+
 struct TreeEntry {
     name: String,
     root: NodeId,
@@ -175,6 +198,10 @@ pub(crate) struct Inner {
     ckpt_signal: Option<Arc<CkptSignal>>,
     /// LSN below which this open has returned the log region's bytes to the host (W9).
     log_released: Mutex<u64>,
+    /// Opened with `Options::read_only` (W11).
+    read_only: bool,
+    /// What recovery found (set once by the open).
+    recovery: Mutex<RecoveryReport>,
     /// The size nothing is allocated past (B11): the catalog's capacity or the device's,
     /// whichever is smaller; `None` for an image that grows.
     limit: Option<u64>,
@@ -235,7 +262,10 @@ impl Inner {
         })();
         match &result {
             // The checkpoint's syncs covered every log record written before it.
-            Ok(()) => self.wal.mark_durable(lsn),
+            Ok(()) => {
+                self.wal.mark_durable(lsn);
+                self.wal.set_oldest(self.bf.lock().oldest_checkpoint_lsn());
+            }
             Err(e) => self.set_poison(e.to_string()),
         }
         result?;
@@ -275,35 +305,41 @@ impl Inner {
             }
         };
         let cap = u64::from(region.len);
-        let end = self.wal.end().0;
-        let mut released = self.log_released.lock();
-        let lo = (*released)
-            .max(end.saturating_sub(cap))
-            .next_multiple_of(ALIGN);
-        // The page holding `oldest` keeps live records after it, unless there are none (both
-        // checkpoints at the log's end): then its bytes past `end` belong to no record yet.
-        let target = if oldest >= end {
-            end.next_multiple_of(ALIGN)
-        } else {
-            oldest / ALIGN * ALIGN
-        };
-        let hi = target.min(lo.saturating_add(LOG_RELEASE_STEP));
-        if lo >= hi {
-            return Ok(false);
-        }
-        let mut at = lo;
-        while at < hi {
-            // The region is ALIGN-aligned and a multiple of ALIGN long, so an aligned LSN maps
-            // to an aligned offset; a piece stops at the region's end (the log wraps there).
-            let pos = at % cap;
-            let n = (hi - at).min(cap - pos);
-            self.dev
-                .punch_hole(region.offset + pos, n)
-                .map_err(|e| Error::io(format!("returning log space below LSN {hi}"), e))?;
-            at += n;
-        }
-        *released = hi;
-        Ok(hi < target)
+        // Sync marks are appended without the environment's lock (W10); the log's tail lock
+        // keeps them out while this step computes its range from `end` and punches it.
+        self.wal.with_appends_excluded(|end| {
+            let end = end.0;
+            let mut released = self.log_released.lock();
+            let lo = (*released)
+                .max(end.saturating_sub(cap))
+                .next_multiple_of(ALIGN);
+            // The page holding `oldest` keeps live records after it, unless there are none
+            // (both checkpoints at the log's end): then its bytes past `end` belong to no
+            // record yet.
+            let target = if oldest >= end {
+                end.next_multiple_of(ALIGN)
+            } else {
+                oldest / ALIGN * ALIGN
+            };
+            let hi = target.min(lo.saturating_add(LOG_RELEASE_STEP));
+            if lo >= hi {
+                return Ok(false);
+            }
+            let mut at = lo;
+            while at < hi {
+                // The region is ALIGN-aligned and a multiple of ALIGN long, so an aligned LSN
+                // maps to an aligned offset; a piece stops at the region's end (the log wraps
+                // there).
+                let pos = at % cap;
+                let n = (hi - at).min(cap - pos);
+                self.dev
+                    .punch_hole(region.offset + pos, n)
+                    .map_err(|e| Error::io(format!("returning log space below LSN {hi}"), e))?;
+                at += n;
+            }
+            *released = hi;
+            Ok(hi < target)
+        })
     }
 
     /// Closes: waits for a running checkpoint, stops the background threads, and (unless
@@ -311,7 +347,7 @@ impl Inner {
     /// this returns.
     fn shutdown(&self) -> Result<()> {
         let _one = self.ckpt_lock.lock();
-        if self.closed.swap(true, Ordering::SeqCst) {
+        if self.closed.swap(true, Ordering::SeqCst) || self.read_only {
             return Ok(());
         }
         if let Some(sig) = &self.ckpt_signal {
@@ -327,6 +363,15 @@ impl Inner {
         // and no node versions only the older checkpoint referenced (W9, B4).
         if self.bf.lock().oldest_checkpoint_lsn() < self.wal.end() {
             self.checkpoint_locked(&st)?;
+        }
+        Ok(())
+    }
+
+    /// One round of the periodic flusher: syncs the log if anything in it, records or a sync
+    /// mark, is not durable yet (a pending mark alone is synced too, W10).
+    fn periodic_flush(&self) -> Result<()> {
+        if self.wal.has_unsynced() {
+            self.wal.sync_to_end()?;
         }
         Ok(())
     }
@@ -374,22 +419,18 @@ impl std::fmt::Debug for Env {
 }
 
 const META_MAGIC: &[u8; 4] = b"FCAT";
-const META_VERSION: u32 = 2;
-/// Version 3 appends the image's fixed size; written only by images that have one, so images
-/// without stay readable by older builds.
-const META_VERSION_SIZED: u32 = 3;
+/// Catalog version written by this build: 3 = the log may hold sync marks (W10), and the
+/// catalog ends with the image's fixed size (0: the image grows; B11).
+const META_VERSION: u32 = 3;
+/// Oldest catalog version read: 2 (no size field, a log without sync marks).
+const META_VERSION_OLDEST: u32 = 2;
 /// Catalog value of `log_id` while an image is being created (no log yet).
 const NO_LOG: u64 = u64::MAX;
 
 fn encode_meta(state: &State, shape: &Shape) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(META_MAGIC);
-    let version = if state.capacity == 0 {
-        META_VERSION
-    } else {
-        META_VERSION_SIZED
-    };
-    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&META_VERSION.to_le_bytes());
     out.push(shape.compression.to_byte());
     let level = match shape.compression {
         Compression::Zstd { level } => level,
@@ -408,9 +449,7 @@ fn encode_meta(state: &State, shape: &Shape) -> Vec<u8> {
     }
     out.extend_from_slice(&state.log_id.0.to_le_bytes());
     out.extend_from_slice(&state.epoch.to_le_bytes());
-    if state.capacity != 0 {
-        out.extend_from_slice(&state.capacity.to_le_bytes());
-    }
+    out.extend_from_slice(&state.capacity.to_le_bytes());
     out
 }
 
@@ -421,10 +460,10 @@ fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
         return Err(r.err("bad magic"));
     }
     let v = r.u32()?;
-    if v != META_VERSION && v != META_VERSION_SIZED {
+    if !(META_VERSION_OLDEST..=META_VERSION).contains(&v) {
         return Err(Error::UnsupportedVersion {
             found: v,
-            supported: META_VERSION_SIZED,
+            supported: META_VERSION,
         });
     }
     let c = r.u8()?;
@@ -453,14 +492,7 @@ fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
     }
     let log_id = NodeId(r.u64()?);
     let epoch = r.u32()?;
-    let capacity = if v == META_VERSION_SIZED {
-        match r.u64()? {
-            0 => return Err(r.err("version 3 catalog with no size")),
-            c => c,
-        }
-    } else {
-        0
-    };
+    let capacity = if v >= 3 { r.u64()? } else { 0 };
     if r.remaining() != 0 {
         return Err(r.err("trailing bytes"));
     }
@@ -510,11 +542,15 @@ impl Env {
         Env::create_on(Arc::new(dev), opts)
     }
 
-    /// Opens an existing environment in a file.
+    /// Opens an existing environment in a file (for reading only if `opts.read_only`).
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Env> {
         let path = path.as_ref();
-        let dev = FileDevice::open(path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let dev = if opts.read_only {
+            FileDevice::open_read_only(path)
+        } else {
+            FileDevice::open(path)
+        }
+        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         Env::open_on(Arc::new(dev), opts)
     }
 
@@ -576,6 +612,7 @@ impl Env {
             },
             Lsn(0),
             state.epoch,
+            Lsn(0),
         );
         Ok(Env::assemble((dev, counters), bf, shape, state, wal, opts))
     }
@@ -584,7 +621,16 @@ impl Env {
     /// then every log record after it replayed through the write path (upserts through the
     /// registered functions), then a checkpoint so the replay and the new log epoch are durable
     /// before any new record is appended (W6, W7).
+    ///
+    /// With `opts.read_only` nothing is written (W11): the replay stays in memory and the
+    /// environment refuses writes. A damaged log record that later records prove durable fails
+    /// the open with [`Error::Checksum`] naming it (W4) unless `opts.cut_damaged_log`.
     pub fn open_on(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Env> {
+        let dev: Arc<dyn BlockDevice> = if opts.read_only {
+            Arc::new(crate::device::ReadOnlyDevice(dev))
+        } else {
+            dev
+        };
         let (dev, counters) = stats::counted(dev);
         let mut opened = BlockFile::open(dev.clone())?;
         let (shape, mut state) = decode_meta(&opened.meta)?;
@@ -627,17 +673,33 @@ impl Env {
             dev: dev.clone(),
             loc,
         };
-        let scanned = wal::scan(&region, opened.checkpoint_lsn, state.epoch)?;
-        state.epoch = state
-            .epoch
-            .checked_add(1)
-            .ok_or_else(|| Error::corrupt("catalog", "log epoch overflow"))?;
-        let wal = Wal::new(region.clone(), scanned.end, state.epoch);
+        let scanned = wal::scan(
+            &region,
+            opened.checkpoint_lsn,
+            state.epoch,
+            opts.cut_damaged_log,
+        )?;
+        if !opts.read_only {
+            state.epoch = state
+                .epoch
+                .checked_add(1)
+                .ok_or_else(|| Error::corrupt("catalog", "log epoch overflow"))?;
+        }
+        let oldest = opened.file.oldest_checkpoint_lsn();
+        let wal = Wal::new(region.clone(), scanned.end, state.epoch, oldest);
+        let report = RecoveryReport {
+            header_notes: opened.header_notes,
+            records_replayed: 0,
+            log_cut: scanned.cut,
+        };
+        let read_only = opts.read_only;
         let env = Env::assemble((dev, counters), opened.file, shape, state, wal, opts);
-        if let Err(e) = env
-            .replay(&region, scanned.records)
-            .and_then(|_| env.checkpoint())
-        {
+        *env.inner.recovery.lock() = report;
+        let replayed = env.replay(&region, scanned.records);
+        if let Ok(n) = &replayed {
+            env.inner.recovery.lock().records_replayed = *n;
+        }
+        if let Err(e) = replayed.and_then(|_| if read_only { Ok(()) } else { env.checkpoint() }) {
             // Never checkpoint a half-replayed state on the way out: the log still holds it.
             env.inner.closed.store(true, Ordering::SeqCst);
             return Err(e);
@@ -653,13 +715,14 @@ impl Env {
         wal: Wal,
         opts: Options,
     ) -> Env {
+        let read_only = opts.read_only;
         let limit = bf.limit();
         let inner = Arc::new(Inner {
             limit,
             freed_hint: Default::default(),
             reclaim_wanted: AtomicBool::new(false),
             state: RwLock::new(state),
-            cache: Cache::new(opts.cache_bytes),
+            cache: Cache::new(opts.cache_bytes, read_only),
             bf: Mutex::new(bf),
             dev,
             counters,
@@ -671,7 +734,9 @@ impl Env {
             durability: opts.durability,
             ckpt_lock: Mutex::new(()),
             log_released: Mutex::new(0),
-            ckpt_signal: opts.checkpoint_thread.then(|| {
+            read_only,
+            recovery: Mutex::new(RecoveryReport::default()),
+            ckpt_signal: (opts.checkpoint_thread && !read_only).then(|| {
                 Arc::new(CkptSignal {
                     want: Mutex::new(false),
                     cv: parking_lot::Condvar::new(),
@@ -682,7 +747,7 @@ impl Env {
             inner: inner.clone(),
             _user: Some(Arc::new(UserHandle(inner))),
         };
-        if let Some(every) = opts.sync_interval {
+        if let Some(every) = opts.sync_interval.filter(|_| !read_only) {
             spawn_flusher(Arc::downgrade(&env.inner), every);
         }
         if let Some(sig) = &env.inner.ckpt_signal {
@@ -691,13 +756,19 @@ impl Env {
         env
     }
 
-    /// Re-applies recovered log records the checkpoint does not hold (W7).
-    fn replay(&self, region: &Region, records: Vec<Lsn>) -> Result<()> {
+    /// Re-applies recovered log records the checkpoint does not hold (W7); returns how many
+    /// records (not counting sync marks) the log held.
+    fn replay(&self, region: &Region, records: Vec<Lsn>) -> Result<u64> {
         let mut st = self.inner.state.write();
+        let mut n = 0u64;
         for lsn in records {
             let rec = wal::read_record(region, lsn)?;
             let what = || format!("log record at LSN {lsn}");
+            if rec != LogRecord::SyncMark {
+                n += 1;
+            }
             match rec {
+                LogRecord::SyncMark => {}
                 LogRecord::CreateTree { idx, name } => {
                     let idx = idx as usize;
                     match st.trees.get(idx) {
@@ -744,7 +815,7 @@ impl Env {
                 }
             }
         }
-        Ok(())
+        Ok(n)
     }
 
     pub(crate) fn ctx(&self) -> Ctx<'_> {
@@ -752,6 +823,9 @@ impl Env {
     }
 
     fn check_writable(&self) -> Result<()> {
+        if self.inner.read_only {
+            return Err(Error::ReadOnly("a write, sync or checkpoint"));
+        }
         if let Some(why) = self.inner.poisoned.lock().clone() {
             return Err(Error::Poisoned(why));
         }
@@ -977,6 +1051,15 @@ impl Env {
         self.poison(self.inner.wal.sync_all())
     }
 
+    /// Does what one round of the periodic flusher does (for deterministic tests that run
+    /// without it, `sync_interval: None`): syncs the log if a record or a sync mark is not yet
+    /// durable.
+    #[doc(hidden)]
+    pub fn periodic_flush(&self) -> Result<()> {
+        self.check_writable()?;
+        self.poison(self.inner.periodic_flush())
+    }
+
     /// Starts a checkpoint because the log passed its threshold: wakes the checkpoint thread,
     /// or (without one) runs it here unless one is already running.
     fn request_checkpoint(&self) -> Result<()> {
@@ -1057,6 +1140,7 @@ impl Env {
         let locs = self.poison(written)?;
         // The checkpoint's syncs covered every log record written before the snapshot.
         i.wal.mark_durable(lsn);
+        i.wal.set_oldest(i.bf.lock().oldest_checkpoint_lsn());
         {
             let _st = i.state.write();
             let mut bf = i.bf.lock();
@@ -1091,6 +1175,17 @@ impl Env {
         self.inner.shutdown()
     }
 
+    /// What the open found and worked around: damaged header slots, the number of log records
+    /// replayed, and (with [`Options::cut_damaged_log`]) where a damaged log was cut.
+    pub fn recovery(&self) -> RecoveryReport {
+        self.inner.recovery.lock().clone()
+    }
+
+    /// Whether this environment was opened with [`Options::read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
     /// Current statistics.
     pub fn stats(&self) -> Stats {
         let st = self.inner.state.read();
@@ -1102,6 +1197,7 @@ impl Env {
             message_bytes: self.inner.counters.message_bytes(),
             log_syncs: self.inner.wal.syncs.load(Ordering::Relaxed),
             log_end: self.inner.wal.end(),
+            log_durable: self.inner.wal.durable(),
         }
     }
 
@@ -1428,11 +1524,9 @@ fn spawn_flusher(inner: Weak<Inner>, every: Duration) {
             if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
                 return;
             }
-            if inner.wal.has_unsynced() {
-                if let Err(e) = inner.wal.sync_all() {
-                    inner.set_poison(e.to_string());
-                    return;
-                }
+            if let Err(e) = inner.periodic_flush() {
+                inner.set_poison(e.to_string());
+                return;
             }
         });
 }

@@ -90,6 +90,9 @@ pub enum Error {
     /// An earlier write or sync failed; the environment refuses further writes until reopened.
     #[error("environment is read-only after an earlier I/O failure: {0}")]
     Poisoned(String),
+    /// The environment was opened with `Options::read_only` (W11): it never writes its image.
+    #[error("the image was opened read-only: {0} is not allowed")]
+    ReadOnly(&'static str),
 }
 
 impl Error {

@@ -33,13 +33,13 @@ pub mod wal;
 pub use cache::CacheStats;
 pub use codec::Compression;
 pub use cursor::Cursor;
-pub use env::{Durability, Env, Options, Tree, WriteBatch};
+pub use env::{Durability, Env, Options, RecoveryReport, Tree, WriteBatch};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
 pub use space::{Admission, Space};
 pub use stats::{Backlog, DeviceStats, Stats};
-pub use tree::TreeReport;
+pub use tree::{DamagedNode, TreeReport};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 16 * 1024;

@@ -42,6 +42,8 @@ pub struct Stats {
     pub log_syncs: u64,
     /// LSN past the last log record.
     pub log_end: Lsn,
+    /// The log is durable below this LSN (the last completed sync's watermark).
+    pub log_durable: Lsn,
 }
 
 impl Stats {

@@ -1095,9 +1095,49 @@ pub struct TreeReport {
 /// a child is newer than everything below it (N4).
 pub(crate) fn verify(ctx: &Ctx<'_>, root: NodeId) -> Result<TreeReport> {
     let mut report = TreeReport::default();
-    walk(ctx, root, None, None, 1, &mut report)?;
+    walk(ctx, root, None, None, 1, &mut report, &mut |_, _, _, e| {
+        Err(e)
+    })?;
     Ok(report)
 }
+
+/// A node [`Tree::verify_all`](crate::Tree::verify_all) could not read or that breaks an
+/// invariant, with the key range its subtree covers (`None`: unbounded).
+#[derive(Debug)]
+pub struct DamagedNode {
+    /// The node (for an unreadable partition of a leaf: the leaf).
+    pub node: NodeId,
+    /// Smallest key the damaged part may hold.
+    pub lo: Option<Vec<u8>>,
+    /// Keys below this.
+    pub hi: Option<Vec<u8>>,
+    /// What is wrong.
+    pub error: Error,
+}
+
+/// Like [`verify`], but goes on past damage: every unreadable or inconsistent subtree is
+/// recorded (and not descended into) and the walk continues with its siblings.
+pub(crate) fn verify_all(ctx: &Ctx<'_>, root: NodeId) -> Result<(TreeReport, Vec<DamagedNode>)> {
+    let mut report = TreeReport::default();
+    let mut damaged = Vec::new();
+    let mut sink = |node: NodeId, lo: Option<&[u8]>, hi: Option<&[u8]>, error: Error| {
+        damaged.push(DamagedNode {
+            node,
+            lo: lo.map(<[u8]>::to_vec),
+            hi: hi.map(<[u8]>::to_vec),
+            error,
+        });
+        Ok(())
+    };
+    if let Err(e) = walk(ctx, root, None, None, 1, &mut report, &mut sink) {
+        sink(root, None, None, e)?;
+    }
+    Ok((report, damaged))
+}
+
+/// Where [`walk`] sends the damage it finds in a subtree: `Err` stops the walk (verify),
+/// `Ok` records it and goes on (verify_all).
+type DamageSink<'s> = dyn FnMut(NodeId, Option<&[u8]>, Option<&[u8]>, Error) -> Result<()> + 's;
 
 /// Returns the highest MSN found in the subtree.
 fn walk(
@@ -1107,6 +1147,7 @@ fn walk(
     hi: Option<&[u8]>,
     depth: u32,
     report: &mut TreeReport,
+    sink: &mut DamageSink<'_>,
 ) -> Result<crate::Msn> {
     let bad = |detail: String| Error::corrupt(format!("node {id}"), detail);
     let node = ctx.fetch(id)?;
@@ -1132,7 +1173,13 @@ fn walk(
             report.leaves += 1;
             for i in 0..=pivots.len() {
                 let (blo, bhi) = bound(i);
-                let b = ctx.basement(&node, i)?;
+                let b = match ctx.basement(&node, i) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        sink(id, blo, bhi, e)?;
+                        continue;
+                    }
+                };
                 report.rows += b.len() as u64;
                 report.row_bytes += b.bytes() as u64;
                 max = max.max(b.max_msn);
@@ -1150,7 +1197,13 @@ fn walk(
             report.internal += 1;
             for (i, &child) in children.iter().enumerate() {
                 let (clo, chi) = bound(i);
-                let below = walk(ctx, child, clo, chi, depth + 1, report)?;
+                let below = match walk(ctx, child, clo, chi, depth + 1, report, sink) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        sink(child, clo, chi, e)?;
+                        continue;
+                    }
+                };
                 let buf = ctx.buffer(&node, i)?;
                 report.pending_messages += buf.count() as u64;
                 report.pending_bytes += buf.bytes() as u64;
@@ -1204,5 +1257,12 @@ impl crate::env::Tree {
     /// An error names the node that breaks an invariant.
     pub fn verify(&self) -> Result<TreeReport> {
         self.env.read(self, verify)
+    }
+
+    /// Like [`verify`](Self::verify), but does not stop at the first damaged node: returns
+    /// every damaged or inconsistent subtree it found (not descended into), with the key range
+    /// each covers, beside the figures of the part it could read (fsck).
+    pub fn verify_all(&self) -> Result<(TreeReport, Vec<DamagedNode>)> {
+        self.env.read(self, verify_all)
     }
 }

@@ -14,8 +14,11 @@
 //!   order their batches get MSNs, and applied in that order.
 //! - W3 a `Sync` commit returns only after a device sync that started after its record was
 //!   written completed successfully; a failed sync fails every waiter and poisons the log.
-//! - W4 the scan stops at the first record that does not validate (torn tail); if a later record
-//!   proves the bad one was durable (its `synced` field is past it), the scan is an error.
+//! - W4 the scan stops at the first record `L` that does not validate; if any later frame (up to
+//!   a lap past the checkpoint, found by following the chain and searching for the magic where
+//!   it breaks) has a verifying header at its own LSN, an acceptable epoch and `synced > L`, `L`
+//!   had been durable: the scan is an error naming it (or, asked to, cuts there and reports
+//!   what it dropped); otherwise `L` is a torn tail.
 //! - W5 an append never overwrites bytes at or after the older checkpoint's LSN; when there is no
 //!   room the append fails with [`Error::NoSpace`] and the caller checkpoints first.
 //! - W6 records carry the epoch of the open that wrote them; epochs never decrease along the
@@ -26,6 +29,9 @@
 //! - W8 (env.rs) a checkpoint holds the write lock only to snapshot (log end, catalog, `Arc`s of
 //!   the dirty nodes) and to adopt the blocks of nodes unchanged since; it encodes, writes and
 //!   syncs without it, so writers keep writing (blockfile B10 keeps the two tables apart).
+//! - W10 after a sync that made a record other than a sync mark durable, a sync mark carrying
+//!   the new durable LSN is appended and written before any waiter of that sync returns; a sync
+//!   that covered only marks appends none.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,6 +53,12 @@ pub const FRAME_HEADER_LEN: usize = 36;
 const TAG_BATCH: u8 = 1;
 /// Payload tag of a tree creation.
 const TAG_CREATE_TREE: u8 = 2;
+/// Payload tag of a sync mark (W10): the payload is the tag followed by zero padding; the
+/// frame's `synced` field is the point of the record.
+const TAG_SYNC_MARK: u8 = 3;
+/// A sync mark's second frame starts on a multiple of this many LSNs (= bytes of the device:
+/// the region is 4096-aligned), so it never shares a sector with the records it proves.
+const MARK_SECTOR: u64 = 512;
 
 /// A decoded log record payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +78,9 @@ pub enum LogRecord {
         /// Its name.
         name: String,
     },
+    /// A sync mark: a device sync had made the log durable below this frame's `synced` field
+    /// (W10). Carries nothing to replay.
+    SyncMark,
 }
 
 /// Encodes a batch record payload. Each op carries its MSN relative to the batch (0, 1, ...),
@@ -136,6 +151,13 @@ pub fn decode_record(b: &[u8], what: &str) -> Result<LogRecord> {
                 return Err(r.err("empty tree name"));
             }
             LogRecord::CreateTree { idx, name }
+        }
+        TAG_SYNC_MARK => {
+            // Padding only: anything else is not a mark this build wrote.
+            if r.bytes(r.remaining())?.iter().any(|&b| b != 0) {
+                return Err(r.err("sync mark padding is not zero"));
+            }
+            LogRecord::SyncMark
         }
         t => return Err(r.err(format!("unknown record tag {t}"))),
     };
@@ -310,14 +332,192 @@ pub(crate) struct Scanned {
     pub records: Vec<Lsn>,
     /// LSN just past the last whole record: where appends continue.
     pub end: Lsn,
+    /// The damage the log was cut at, when the caller allowed a cut (repair).
+    pub cut: Option<LogCut>,
+}
+
+/// A damaged log record that recovery cut at instead of failing (only when asked to:
+/// `Options::cut_damaged_log`), and what that dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogCut {
+    /// LSN of the damaged record: the log now ends here.
+    pub at: Lsn,
+    /// End of the last later frame found: the records in `at..to` were dropped.
+    pub to: Lsn,
+    /// Later records (frames with a verifying header at their own LSN) dropped with it.
+    pub records_dropped: u64,
+    /// Why the record at `at` was rejected, as the refusing open would have said it.
+    pub why: String,
+}
+
+/// What the frames after a rejected record at `bad` say (W4).
+struct Later {
+    /// Frames with a verifying header at their own LSN and an acceptable epoch.
+    frames: u64,
+    /// Of those, frames whose `synced` field is past `bad`, and the first of them.
+    proofs: u64,
+    first_proof: Option<Lsn>,
+    /// End of the last such frame.
+    end: u64,
+}
+
+/// Bytes read at a time while searching for the magic.
+const SEARCH_CHUNK: usize = 1 << 20;
+
+/// LSN of the next occurrence of the record magic at or after `from` and before `limit`.
+fn next_magic(region: &Region, from: u64, limit: u64) -> Result<Option<u64>> {
+    let mut buf = vec![0u8; SEARCH_CHUNK];
+    let mut at = from;
+    while at + RECORD_MAGIC.len() as u64 <= limit {
+        let n = ((limit - at) as usize).min(SEARCH_CHUNK);
+        region.read(&mut buf[..n], at)?;
+        let chunk = &buf[..n];
+        let mut i = 0;
+        while let Some(j) = chunk[i..].iter().position(|&b| b == RECORD_MAGIC[0]) {
+            let k = i + j;
+            if k + RECORD_MAGIC.len() > n {
+                break; // may straddle the chunk: the next chunk starts here
+            }
+            if chunk[k..k + RECORD_MAGIC.len()] == RECORD_MAGIC {
+                return Ok(Some(at + k as u64));
+            }
+            i = k + 1;
+        }
+        if n < RECORD_MAGIC.len() {
+            break;
+        }
+        // Overlap by the magic's length less one so a magic across chunks is found.
+        at += (n - (RECORD_MAGIC.len() - 1)) as u64;
+    }
+    Ok(None)
+}
+
+/// Looks at every frame after the rejected record at `bad` up to `limit` (one lap past the
+/// checkpoint): follows the chain from `from`, and where it breaks searches for the magic (W4).
+fn later_frames(region: &Region, bad: u64, from: u64, limit: u64, epoch: u32) -> Result<Later> {
+    let mut later = Later {
+        frames: 0,
+        proofs: 0,
+        first_proof: None,
+        end: bad,
+    };
+    let mut pos = from;
+    let mut hb = [0u8; FRAME_HEADER_LEN];
+    while pos + FRAME_HEADER_LEN as u64 <= limit {
+        region.read(&mut hb, pos)?;
+        let candidate = decode_frame_header(&hb, Lsn(pos))
+            .filter(|h| h.epoch >= epoch && pos + FRAME_HEADER_LEN as u64 + h.len as u64 <= limit);
+        match candidate {
+            Some(h) => {
+                later.frames += 1;
+                if h.synced.0 > bad {
+                    later.proofs += 1;
+                    later.first_proof.get_or_insert(Lsn(pos));
+                }
+                pos += FRAME_HEADER_LEN as u64 + h.len as u64;
+                later.end = pos;
+            }
+            None => match next_magic(region, pos + 1, limit)? {
+                Some(p) => pos = p,
+                None => break,
+            },
+        }
+    }
+    Ok(later)
+}
+
+/// Scans the log from `start` (a checkpoint's LSN), records of epoch at least `min_epoch`
+/// (W6), up to the last whole record; a rejected record that later frames prove durable is an
+/// error, or with `cut_damage` the end of the log (W4).
+pub(crate) fn scan(
+    region: &Region,
+    start: Lsn,
+    min_epoch: u32,
+    cut_damage: bool,
+) -> Result<Scanned> {
+    let mut pos = start.0;
+    let mut epoch = min_epoch;
+    let mut records = Vec::new();
+    let limit = start.0 + region.cap(); // a full lap: nothing beyond it can be newer
+                                        // Why the record at `pos` was rejected, and where the frames after it start.
+    let (why, resume, expected, actual) = loop {
+        if pos >= limit {
+            return Ok(Scanned {
+                records,
+                end: Lsn(pos),
+                cut: None,
+            });
+        }
+        let what = format!("log record at LSN {pos}");
+        match read_frame(region, pos)? {
+            Frame::Whole(h, payload) if h.epoch >= epoch => {
+                // Decoded to validate it, then dropped. A record whose crc verifies but which
+                // does not decode was written so (a bug, or a newer format): never a torn
+                // tail, so the open fails here, before anything is applied.
+                decode_record(&payload, &what)?;
+                records.push(Lsn(pos));
+                epoch = h.epoch;
+                pos += FRAME_HEADER_LEN as u64 + h.len as u64;
+            }
+            // An older epoch: stale bytes of a cut tail (W6), or damage to a newer record's
+            // epoch field that its header crc did not catch (impossible short of a crc
+            // collision); either way the frames after it decide.
+            Frame::Whole(h, _) => {
+                let next = pos + FRAME_HEADER_LEN as u64 + h.len as u64;
+                break (format!("epoch {} below {epoch}", h.epoch), next, 0, 0);
+            }
+            Frame::BadPayload(h, actual) => {
+                let next = pos + FRAME_HEADER_LEN as u64 + h.len as u64;
+                break (
+                    "payload checksum mismatch".to_string(),
+                    next,
+                    h.payload_crc,
+                    actual,
+                );
+            }
+            Frame::Nothing => break ("no valid frame header".to_string(), pos + 1, 0, 0),
+        }
+    };
+    let later = later_frames(region, pos, resume.min(limit), limit, epoch)?;
+    if later.proofs == 0 {
+        // A torn or never-completed tail: the log ends here.
+        return Ok(Scanned {
+            records,
+            end: Lsn(pos),
+            cut: None,
+        });
+    }
+    if cut_damage {
+        return Ok(Scanned {
+            records,
+            end: Lsn(pos),
+            cut: Some(LogCut {
+                at: Lsn(pos),
+                to: Lsn(later.end),
+                records_dropped: later.frames,
+                why,
+            }),
+        });
+    }
+    Err(Error::Checksum {
+        what: format!(
+            "log record at LSN {pos} ({why}; it had been made durable: {} later records up to              LSN {} follow it, {} of them written after a sync that covered it, the first at              LSN {}); `fernfs fsck --repair` (or Options::cut_damaged_log) cuts the log there",
+            later.frames,
+            later.end,
+            later.proofs,
+            later.first_proof.map_or(0, |l| l.0),
+        ),
+        expected,
+        actual,
+    })
 }
 
 /// What was found at a log position.
 enum Frame {
     /// A whole record: header and payload verify (W1).
     Whole(FrameHeader, Vec<u8>),
-    /// The header verifies but the payload does not.
-    BadPayload(FrameHeader),
+    /// The header verifies but the payload does not (its actual crc).
+    BadPayload(FrameHeader, u32),
     /// No valid header for this position.
     Nothing,
 }
@@ -334,8 +534,9 @@ fn read_frame(region: &Region, lsn: u64) -> Result<Frame> {
     }
     let mut payload = vec![0u8; h.len as usize];
     region.read(&mut payload, lsn + FRAME_HEADER_LEN as u64)?;
-    if crc32c::crc32c(&payload) != h.payload_crc {
-        return Ok(Frame::BadPayload(h));
+    let crc = crc32c::crc32c(&payload);
+    if crc != h.payload_crc {
+        return Ok(Frame::BadPayload(h, crc));
     }
     Ok(Frame::Whole(h, payload))
 }
@@ -353,61 +554,6 @@ pub(crate) fn read_record(region: &Region, lsn: Lsn) -> Result<LogRecord> {
     }
 }
 
-/// Scans the log from `start` (a checkpoint's LSN), records of epoch at least `min_epoch`
-/// (W6), up to the last whole record (W4).
-pub(crate) fn scan(region: &Region, start: Lsn, min_epoch: u32) -> Result<Scanned> {
-    let mut pos = start.0;
-    let mut epoch = min_epoch;
-    let mut records = Vec::new();
-    loop {
-        if pos - start.0 >= region.cap() {
-            break; // a full lap: nothing more can be newer
-        }
-        let bad = match read_frame(region, pos)? {
-            Frame::Whole(h, payload) if h.epoch >= epoch => {
-                let what = format!("log record at LSN {pos}");
-                // Decoded to validate it (a record that does not decode fails the open here,
-                // before anything is applied), then dropped.
-                decode_record(&payload, &what)?;
-                records.push(Lsn(pos));
-                epoch = h.epoch;
-                pos += FRAME_HEADER_LEN as u64 + h.len as u64;
-                continue;
-            }
-            Frame::Whole(..) => None, // an older epoch: stale bytes of a cut tail (W6)
-            Frame::BadPayload(h) => Some(h),
-            Frame::Nothing => None,
-        };
-        // The end of the log, unless a later record proves this one was durable (W4).
-        if let Some(h) = bad {
-            let next = pos + FRAME_HEADER_LEN as u64 + h.len as u64;
-            if next - start.0 < region.cap() {
-                if let Frame::Whole(nh, _) = read_frame(region, next)? {
-                    if nh.epoch >= epoch && nh.synced.0 > pos {
-                        return Err(Error::Checksum {
-                            what: format!(
-                                "log record at LSN {pos} (the record at LSN {next} shows it was \
-                                 durable)"
-                            ),
-                            expected: h.payload_crc,
-                            actual: {
-                                let mut p = vec![0u8; h.len as usize];
-                                region.read(&mut p, pos + FRAME_HEADER_LEN as u64)?;
-                                crc32c::crc32c(&p)
-                            },
-                        });
-                    }
-                }
-            }
-        }
-        break;
-    }
-    Ok(Scanned {
-        records,
-        end: Lsn(pos),
-    })
-}
-
 struct SyncState {
     /// Everything below this LSN is durable.
     durable: u64,
@@ -415,6 +561,10 @@ struct SyncState {
     syncing: bool,
     /// A sync failed: nothing more is ever reported durable (W3).
     failed: Option<String>,
+    /// The last sync mark appended: its LSN and the LSN past it. A sync that made only
+    /// `mark_at..mark_end` durable appends no further mark (W10).
+    mark_at: u64,
+    mark_end: u64,
 }
 
 /// Appended records not yet written to the device: one `pwrite` per this many bytes (or per
@@ -429,6 +579,8 @@ struct Tail {
     end: u64,
     /// Framed records from LSN `end - bytes.len()` to `end`.
     bytes: Vec<u8>,
+    /// LSN past the last record that is not a sync mark: what `Env::sync` must make durable.
+    records_end: u64,
 }
 
 /// The open log: append position, durable watermark, group commit.
@@ -440,6 +592,10 @@ pub(crate) struct Wal {
     end: Mutex<Tail>,
     /// Every record below this LSN has been written to the device (not necessarily synced).
     written: AtomicU64,
+    /// The older durable checkpoint's LSN as last published by the environment (W5 for sync
+    /// marks, which are appended without the environment's lock); it only grows, so a stale
+    /// value only makes a mark less likely to fit.
+    oldest: AtomicU64,
     sync: Mutex<SyncState>,
     cv: Condvar,
     /// Device syncs issued by group commit (for stats and the E9 benchmark).
@@ -456,20 +612,25 @@ impl std::fmt::Debug for Wal {
 }
 
 impl Wal {
-    /// A log whose records end at `end`, everything below it durable, appending with `epoch`.
-    pub(crate) fn new(region: Region, end: Lsn, epoch: u32) -> Wal {
+    /// A log whose records end at `end`, everything below it durable, appending with `epoch`;
+    /// the log must keep everything from `oldest` on (W5).
+    pub(crate) fn new(region: Region, end: Lsn, epoch: u32, oldest: Lsn) -> Wal {
         Wal {
             region,
             epoch,
             end: Mutex::new(Tail {
                 end: end.0,
                 bytes: Vec::new(),
+                records_end: end.0,
             }),
             written: AtomicU64::new(end.0),
+            oldest: AtomicU64::new(oldest.0),
             sync: Mutex::new(SyncState {
                 durable: end.0,
                 syncing: false,
                 failed: None,
+                mark_at: 0,
+                mark_end: 0,
             }),
             cv: Condvar::new(),
             syncs: AtomicU64::new(0),
@@ -530,10 +691,64 @@ impl Wal {
         tail.bytes.extend_from_slice(&encode_frame_header(&h));
         tail.bytes.extend_from_slice(payload);
         tail.end += framed;
+        tail.records_end = tail.end;
         if tail.bytes.len() >= TAIL_BYTES {
             self.write_tail(&mut tail)?;
         }
         Ok(Lsn(tail.end))
+    }
+
+    /// Publishes the older durable checkpoint's LSN after a checkpoint commits (W5).
+    pub(crate) fn set_oldest(&self, oldest: Lsn) {
+        self.oldest.fetch_max(oldest.0, Ordering::Release);
+    }
+
+    /// Appends a sync mark saying the log is durable below `durable` and writes it to the
+    /// device (not synced), W10. Returns its LSN and the LSN past it, or `None` if it does not
+    /// fit without touching what the older checkpoint needs (W5): then the next append must
+    /// checkpoint first, which covers these records anyway.
+    ///
+    /// The mark is two frames: a first one padded so that the second starts on a
+    /// [`MARK_SECTOR`] boundary. Media damage comes in sectors; a lost or garbled sector holding
+    /// the end of the records this sync covered then cannot also take the second mark's header,
+    /// so the proof survives the damage it is needed for.
+    fn append_mark(&self, durable: u64) -> Result<Option<(u64, u64)>> {
+        let mut tail = self.end.lock();
+        let at = tail.end;
+        let min = Self::framed_len(1);
+        // First frame: at least the tag, padded so the second one starts on a sector.
+        let mut second = (at + min).next_multiple_of(MARK_SECTOR);
+        if second - at < min {
+            second += MARK_SECTOR;
+        }
+        let end = second + min;
+        let oldest = self.oldest.load(Ordering::Acquire);
+        if end - oldest.min(at) > self.capacity() {
+            return Ok(None);
+        }
+        for (lsn, len) in [(at, second - at), (second, min)] {
+            let mut payload = vec![0u8; (len - FRAME_HEADER_LEN as u64) as usize];
+            payload[0] = TAG_SYNC_MARK;
+            let h = FrameHeader {
+                len: payload.len() as u32,
+                lsn: Lsn(lsn),
+                synced: Lsn(durable),
+                epoch: self.epoch,
+                payload_crc: crc32c::crc32c(&payload),
+            };
+            tail.bytes.extend_from_slice(&encode_frame_header(&h));
+            tail.bytes.extend_from_slice(&payload);
+        }
+        tail.end = end;
+        self.write_tail(&mut tail)?;
+        Ok(Some((at, end)))
+    }
+
+    /// Runs `f` with the log's end while no record or mark can be appended (log-space release,
+    /// W9: the punched range is computed from this end and must not meet a new record).
+    pub(crate) fn with_appends_excluded<R>(&self, f: impl FnOnce(Lsn) -> R) -> R {
+        let tail = self.end.lock();
+        f(Lsn(tail.end))
     }
 
     /// Writes the appended records still held in memory to the device (not synced).
@@ -573,6 +788,7 @@ impl Wal {
                 continue;
             }
             g.syncing = true;
+            let (before, mark_at, mark_end) = (g.durable, g.mark_at, g.mark_end);
             drop(g);
             // Write out what is still in memory, then sync: every write that completed before
             // the load of `written` is covered by the sync.
@@ -582,13 +798,26 @@ impl Wal {
                 self.region
                     .dev
                     .sync()
-                    .map(|()| target)
-                    .map_err(|e| Error::io("syncing the log", e))
+                    .map_err(|e| Error::io("syncing the log", e))?;
+                // W10: the proof that this sync completed goes to the device before anyone
+                // is told. A sync that made only the last mark durable appends none.
+                let only_mark = before >= mark_at && target <= mark_end;
+                let mark = if target > before && !only_mark {
+                    self.append_mark(target)?
+                } else {
+                    None
+                };
+                Ok((target, mark))
             });
             g = self.sync.lock();
             g.syncing = false;
             match r {
-                Ok(target) => g.durable = g.durable.max(target),
+                Ok((target, mark)) => {
+                    g.durable = g.durable.max(target);
+                    if let Some((at, end)) = mark {
+                        (g.mark_at, g.mark_end) = (at, end);
+                    }
+                }
                 Err(e) => {
                     g.failed = Some(e.to_string());
                     self.cv.notify_all();
@@ -599,12 +828,26 @@ impl Wal {
         }
     }
 
-    /// Makes everything written so far durable.
+    /// Makes every record appended so far durable (a pending sync mark alone needs no sync
+    /// here: the periodic flusher takes care of it, so `fsync` of a file and then of its
+    /// directory costs one device sync, not two).
     pub(crate) fn sync_all(&self) -> Result<()> {
+        let records_end = self.end.lock().records_end;
+        self.wait_durable(Lsn(records_end))
+    }
+
+    /// Makes everything appended so far durable, sync marks included (the periodic flusher:
+    /// a mark reaches the medium within one interval, W10).
+    pub(crate) fn sync_to_end(&self) -> Result<()> {
         self.wait_durable(self.end())
     }
 
-    /// Whether records were appended that are not yet durable.
+    /// The log is durable below this LSN.
+    pub(crate) fn durable(&self) -> Lsn {
+        Lsn(self.sync.lock().durable)
+    }
+
+    /// Whether anything was appended (records or a sync mark) that is not yet durable.
     pub(crate) fn has_unsynced(&self) -> bool {
         let end = self.end().0;
         self.sync.lock().durable < end

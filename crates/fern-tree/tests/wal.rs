@@ -69,25 +69,123 @@ fn intact_log_replays_everything() {
     assert_eq!(keys(&env).len(), 5);
 }
 
-/// W4: a damaged last record is a torn tail: cut, the rest replayed.
+/// The frames of an image's log from LSN 0 (the tests' logs do not wrap): (LSN, framed length,
+/// whether it is a sync mark).
+fn frames(image: &[u8]) -> Vec<(u64, u64, bool)> {
+    let log = log_region(image);
+    let mut out = Vec::new();
+    let mut lsn = 0u64;
+    loop {
+        let at = (log.offset + lsn) as usize;
+        let Some(h) = fern_tree::wal::decode_frame_header(&image[at..at + 36], fern_tree::Lsn(lsn))
+        else {
+            return out;
+        };
+        let framed = 36 + u64::from(h.len);
+        let mark = image[at + 36] == 3;
+        out.push((lsn, framed, mark));
+        lsn += framed;
+    }
+}
+
+/// W4/W10: every Sync commit is followed by a sync mark (two frames, the second on a 512-byte
+/// boundary); a damaged last frame (the last mark, which nothing proves durable) is a torn
+/// tail: cut, every record replayed.
 #[test]
-fn damaged_tail_is_cut() {
+fn damaged_last_frame_is_a_torn_tail() {
     let mut image = image_with_log(5);
     let log = log_region(&image);
-    let env = Env::open_on(Arc::new(MemDevice::from_bytes(image.clone())), options())
-        .expect("open intact");
-    let end = env.stats().log_end.0;
-    drop(env);
-    // The last byte of the last record's payload.
-    image[(log.offset + end - 1) as usize] ^= 0x40;
-    let env = Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()).expect("open");
-    let k = keys(&env);
+    let f = frames(&image);
+    let &(last, len, mark) = f.last().expect("frames");
+    assert!(mark, "the last frame is the mark of the last sync: {f:?}");
     assert_eq!(
-        k.len(),
-        4,
-        "the damaged last batch is cut, the others replayed"
+        f.iter().filter(|x| x.2).count(),
+        10,
+        "one mark (two frames) per Sync commit"
     );
-    assert!(!k.contains(&b"k4".to_vec()));
+    image[(log.offset + last + len - 1) as usize] ^= 0x40;
+    let env = Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()).expect("open");
+    assert_eq!(keys(&env).len(), 5, "every record replayed");
+}
+
+/// W4/W10: the last Sync commit's record is proven durable by the mark after it, so damage to
+/// it is an error naming it, not a cut (before sync marks this lost the commit silently).
+#[test]
+fn damaged_last_synced_record_is_refused() {
+    let mut image = image_with_log(5);
+    let log = log_region(&image);
+    let f = frames(&image);
+    let &(rec, len, mark) = &f[f.len() - 3];
+    assert!(!mark);
+    image[(log.offset + rec + len - 1) as usize] ^= 0x40;
+    match Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()) {
+        Err(Error::Checksum { what, .. }) => {
+            assert!(
+                what.contains(&format!("log record at LSN {rec} ")),
+                "{what}"
+            )
+        }
+        Err(e) => panic!("expected a checksum error, got {e}"),
+        Ok(_) => panic!("a damaged synced record was cut silently"),
+    }
+}
+
+/// W4: a damaged frame *header* hides the chain; the scan searches for the frames after it.
+#[test]
+fn damaged_header_is_found_by_searching_forward() {
+    let mut image = image_with_log(5);
+    let log = log_region(&image);
+    let f = frames(&image);
+    let (rec, _, _) = f[3];
+    image[(log.offset + rec + 5) as usize] ^= 0x01; // the length field
+    match Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()) {
+        Err(Error::Checksum { what, .. }) => {
+            assert!(
+                what.contains(&format!("log record at LSN {rec} ")),
+                "{what}"
+            )
+        }
+        Err(e) => panic!("expected a checksum error, got {e}"),
+        Ok(_) => panic!("a damaged synced record was cut silently"),
+    }
+}
+
+/// Repair: `cut_damaged_log` opens at the damage, keeps everything before it and reports what
+/// it dropped; the image then opens normally.
+#[test]
+fn repair_cuts_at_the_damage_and_reports_it() {
+    let mut image = image_with_log(5);
+    let log = log_region(&image);
+    let f = frames(&image);
+    // The third batch: records are create, b0, b1, b2, ... (marks between them).
+    let i = f
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| !x.2)
+        .nth(3)
+        .map(|(i, _)| i)
+        .expect("a third batch");
+    let (rec, _, _) = f[i];
+    image[(log.offset + rec + 40) as usize] ^= 0x08;
+    let mem = Arc::new(MemDevice::from_bytes(image));
+    let env = Env::open_on(
+        mem.clone(),
+        Options {
+            cut_damaged_log: true,
+            ..options()
+        },
+    )
+    .expect("repair open");
+    let cut = env.recovery().log_cut.expect("a cut is reported");
+    assert_eq!(cut.at.0, rec);
+    assert_eq!(cut.records_dropped, (f.len() - i - 1) as u64, "{cut:?}");
+    assert_eq!(cut.to.0, f.last().map(|x| x.0 + x.1).expect("frames"));
+    assert_eq!(keys(&env), vec![b"k0".to_vec(), b"k1".to_vec()]);
+    env.close().expect("close");
+    let env = Env::open_on(Arc::new(MemDevice::from_bytes(mem.snapshot())), options())
+        .expect("opens after the repair");
+    assert_eq!(keys(&env).len(), 2);
+    assert!(env.recovery().log_cut.is_none());
 }
 
 /// W4: damage followed by records whose `synced` field shows it was durable is an error that
@@ -272,4 +370,36 @@ fn concurrent_writers_and_checkpoints() {
     std::mem::forget(env);
     let env = Env::open_on(Arc::new(MemDevice::from_bytes(image)), options()).expect("open");
     assert_eq!(all_rows(&env), expected(200));
+}
+
+/// W10: a sync that made records durable leaves exactly one mark pending; the periodic flusher
+/// syncs it (once: a sync covering only a mark appends no mark, so it does not loop), and
+/// `Env::sync` right after a `Sync` commit needs no device sync (fsync of a file, then of its
+/// directory, costs one).
+#[test]
+fn sync_marks_cost_one_flush_and_do_not_loop() {
+    let mem = Arc::new(MemDevice::new());
+    let env = Env::create_on(mem.clone(), options()).expect("create");
+    let t = env.tree("t").expect("tree");
+    let mut b = WriteBatch::new();
+    b.insert(&t, b"a", b"1");
+    env.write_with(b, Durability::Sync).expect("commit");
+    let s = env.stats();
+    assert!(
+        s.log_durable < s.log_end,
+        "the mark is written, not yet durable"
+    );
+    let syncs = s.log_syncs;
+    env.sync().expect("sync");
+    assert_eq!(
+        env.stats().log_syncs,
+        syncs,
+        "no record pending: no device sync"
+    );
+    env.periodic_flush().expect("flush");
+    let s = env.stats();
+    assert_eq!(s.log_syncs, syncs + 1, "the flusher syncs the pending mark");
+    assert_eq!(s.log_durable, s.log_end, "and appends no new one");
+    env.periodic_flush().expect("flush");
+    assert_eq!(env.stats().log_syncs, syncs + 1, "nothing pending: no sync");
 }

@@ -1,4 +1,4 @@
-//! Profiling driver for the large-data path (WORKLOADS.md F7 and F8) through the library, with
+//! Profiling driver for the large-data path (docs/workloads.md F7 and F8) through the library, with
 //! the engine's own counters printed after each phase, so `perf record` sees only fernfs and
 //! the figures say where the bytes went (log vs. block file, compression, checkpoints).
 //!

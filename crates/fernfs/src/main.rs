@@ -1,8 +1,8 @@
 //! `fernfs`: the command-line tool of fernfs.
 //!
-//! Each subcommand lives in its own module under `cmd/` (today `bench`; `mkfs`, `mount`,
-//! `fsck`, `stat` and `bench fs` are added the same way). This file only parses the command
-//! line and dispatches; results go to stdout, progress and diagnostics to stderr.
+//! Each subcommand lives in its own module under `cmd/` (`mkfs`, `mount`, `umount`, `fsck`,
+//! `stat`, `import`/`export`, `bench`). This file only parses the command line and dispatches;
+//! results go to stdout, progress and diagnostics to stderr.
 #![deny(unsafe_code)]
 
 mod cmd;
@@ -21,7 +21,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Benchmarks of shared/WORKLOADS.md, side by side with peers.
+    /// Benchmarks of docs/workloads.md, side by side with peers.
+    #[cfg(feature = "bench")]
     Bench(cmd::bench::BenchArgs),
     /// Make a new file system in an image file.
     Mkfs(cmd::mkfs::MkfsArgs),
@@ -55,13 +56,18 @@ fn fix_mmap_threshold() {
 
 fn main() -> ExitCode {
     fix_mmap_threshold();
-    // Run as mount(8)'s helper (mount.fernfs, mount.fuse.fernfs) when called by that name.
-    if let Some(code) = cmd::mount::helper_main() {
+    // Run as mount(8)'s helper: called as mount.fernfs / mount.fuse.fernfs, or as
+    // `fernfs SOURCE MOUNTPOINT -o OPTIONS` (how fuse3's mount.fuse runs a fuse.TYPE program).
+    let cli = <Cli as clap::CommandFactory>::command();
+    let mut names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    names.push("help");
+    if let Some(code) = cmd::mount::helper_main(&names) {
         return code;
     }
     let cli = Cli::parse();
     let ok = |()| ExitCode::SUCCESS;
     let result: Result<ExitCode, cmd::image::CmdError> = match cli.command {
+        #[cfg(feature = "bench")]
         Command::Bench(args) => cmd::bench::run(args).map(ok).map_err(Into::into),
         Command::Mkfs(args) => cmd::mkfs::run(args).map(ok),
         Command::Mount(args) => cmd::mount::run(args).map(ok),
@@ -90,6 +96,7 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    #[cfg(feature = "bench")]
     #[test]
     fn bench_engine_parses_lists() {
         let cli = Cli::try_parse_from([

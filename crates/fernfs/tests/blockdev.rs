@@ -3,12 +3,15 @@
 //! fernfs or another recognised file system (ext4 made by mkfs.ext4) unless --force; refuses a
 //! device the kernel has mounted even with --force; and a re-format leaves an empty file system.
 //!
-//! Needs root, /dev/fuse, losetup and mkfs.ext4; otherwise prints SKIPPED and returns. The loop
-//! device is detached and every mount undone by guards, so a failing test leaves nothing.
+//! Needs root, /dev/fuse, losetup and mkfs.ext4; otherwise SKIPPED, a failure under
+//! `FERN_REQUIRE_FUSE=1` (fern-testkit). The loop device is detached and every mount undone by
+//! guards, so a failing test leaves nothing.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use fern_testkit::{skipped, Need};
 
 fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fernfs"))
@@ -39,12 +42,7 @@ fn refused(args: &[&std::ffi::OsStr], says: &str) {
 }
 
 fn usable() -> Result<(), String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err("not root (losetup needs it)".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is absent".into());
-    }
+    fern_testkit::fuse_as_root()?;
     for tool in ["losetup", "mkfs.ext4"] {
         if Command::new(tool).arg("-V").output().is_err() {
             return Err(format!("{tool} is not installed"));
@@ -86,8 +84,7 @@ impl Drop for Unmount {
 
 #[test]
 fn mkfs_mount_and_fsck_on_a_loop_device() {
-    if let Err(why) = usable() {
-        eprintln!("SKIPPED: block-device test: {why}");
+    if skipped(Need::Fuse, usable()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -161,8 +158,7 @@ fn mkfs_mount_and_fsck_on_a_loop_device() {
 
 #[test]
 fn too_small_a_device_is_refused_clearly() {
-    if let Err(why) = usable() {
-        eprintln!("SKIPPED: block-device test: {why}");
+    if skipped(Need::Fuse, usable()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

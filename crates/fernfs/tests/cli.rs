@@ -1,4 +1,5 @@
 //! `fernfs bench engine` end to end on a tiny size: child processes, table, JSON.
+#![cfg(feature = "bench")]
 
 use std::process::Command;
 
@@ -78,4 +79,121 @@ fn unknown_system_and_workload_are_usage_errors() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented yet"));
+}
+
+/// A file that is not a fernfs image is named as such by every command that opens one (not
+/// an "I/O error"); mount reports it before mounting anything.
+#[test]
+fn a_file_that_is_not_an_image_is_named_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.img");
+    std::fs::write(&junk, b"hello, this is not a file system").unwrap();
+    let empty = dir.path().join("empty.img");
+    std::fs::write(&empty, b"").unwrap();
+    let out_dir = dir.path().join("out");
+    for img in [&junk, &empty] {
+        let i = img.to_str().unwrap();
+        let export_src = format!("{i}:/");
+        for args in [
+            vec!["fsck", i],
+            vec!["stat", i],
+            vec!["export", &export_src, out_dir.to_str().unwrap()],
+            vec!["mount", i, dir.path().to_str().unwrap()],
+        ] {
+            let out = fernfs().args(&args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{args:?}");
+            assert!(
+                err.contains("not a fernfs image (no fernfs signature at offset 0)"),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains("I/O error"), "{args:?}: {err}");
+        }
+    }
+    assert!(
+        !out_dir.exists(),
+        "a failed export must not create its destination"
+    );
+}
+
+/// An unknown `-o` option is refused by name before any mount is attempted (no FUSE needed:
+/// the image does not even have to exist).
+#[test]
+fn an_unknown_mount_option_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fernfs()
+        .args(["mount", "absent.img", dir.path().to_str().unwrap()])
+        .args(["-o", "rw,x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown mount option 'x'"), "{err}");
+    assert!(!err.contains("mount(2)"), "{err}");
+}
+
+/// fuse3's mount.fuse runs a `fuse.fernfs` mount as `fernfs SOURCE MOUNTPOINT -o OPTIONS`:
+/// that form is a mount, failing like a mount helper (exit 32), not a usage error.
+#[test]
+fn the_program_form_of_mount_fuse_is_a_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let absent = dir.path().join("absent.img");
+    let out = fernfs()
+        .arg(&absent)
+        .arg(dir.path())
+        .args(["-o", "rw,noatime,dev,suid"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(32), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("absent.img"));
+}
+
+/// Ctrl-C on `bench engine` (SIGINT to the bench process alone, as a test can send it) kills
+/// its task process and removes the scratch data, saying so; without a terminal, progress is
+/// one line per task.
+#[test]
+fn sigint_on_bench_removes_its_scratch_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("scratch");
+    let child = fernfs()
+        .args([
+            "bench",
+            "engine",
+            "--quick",
+            "--workloads",
+            "E1",
+            "--reps",
+            "1",
+        ])
+        .args(["--no-drop-caches", "--systems", "fern-tree"])
+        .arg("--dir")
+        .arg(&scratch)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    // Wait until a task is writing its scratch data.
+    while std::fs::read_dir(&scratch).map_or(0, |d| d.count()) == 0 {
+        assert!(start.elapsed().as_secs() < 30, "no scratch data appeared");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("fernfs bench: task 1/"), "{err}");
+    assert!(err.contains("scratch data removed"), "{err}");
+    // The killed task process may take a moment to be gone; its directory must not return.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !scratch.exists(),
+        "scratch data left in {}",
+        scratch.display()
+    );
 }

@@ -152,6 +152,8 @@ fn patch(kv: &dyn KvStore, tree: &str, key: &[u8], at: usize, bytes: &[u8]) {
 
 const NLINK: usize = 12;
 const SIZE: usize = 16;
+/// Offset of `rdev` in the stat: a regular file's stored-block count + 1.
+const RDEV: usize = 60;
 
 fn put(kv: &dyn KvStore, tree: &str, key: Vec<u8>, value: Vec<u8>) {
     let t = kv.tree(tree).unwrap();
@@ -380,6 +382,27 @@ fn size_below_the_stored_data_is_raised() {
         )
     });
     img.check_repair_clean("F6");
+}
+
+/// D2: a stored-block count (st_blocks) that disagrees with the blocks stored is reset.
+#[test]
+fn a_wrong_stored_block_count_is_reset() {
+    let img = Img::new();
+    let blocks = |img: &Img| img.with_fs(|p| p.stat(b"/big").unwrap().blocks);
+    let right = blocks(&img);
+    assert_eq!(right, 13 * 8, "50,000 bytes in 4 KiB blocks");
+    img.with_kv(|kv| {
+        patch(
+            kv,
+            "fs.dentry",
+            &root_key(b"big"),
+            RDEV,
+            &3u64.to_be_bytes(),
+        )
+    });
+    assert_eq!(blocks(&img), 2 * 8);
+    img.check_repair_clean("counts 2 stored blocks, has 13");
+    assert_eq!(blocks(&img), right);
 }
 
 #[test]

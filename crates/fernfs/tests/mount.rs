@@ -2,13 +2,19 @@
 //! real image file: persistence across remounts, refusal to overwrite or double-mount, and
 //! `kill -9` of the daemon (every fsynced file survives the next mount; fsck is clean).
 //!
-//! Needs /dev/fuse and root (or fusermount3); otherwise prints SKIPPED and returns. Every
-//! mount is unmounted by a guard, lazily if need be, so a failing test leaves nothing behind.
+//! Needs /dev/fuse and root (or fusermount3); otherwise SKIPPED, a failure under
+//! `FERN_REQUIRE_FUSE=1` (fern-testkit). Every mount is unmounted by a guard, lazily if need
+//! be, so a failing test leaves nothing behind.
+//!
+//! Also a damaged write-ahead log after `kill -9` (issue 11): fsck and mount refuse it naming
+//! the record, `fsck --repair` cuts there and the image is clean again.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use fern_testkit::{fuse_available, skipped, Need};
 
 fn fernfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fernfs"))
@@ -29,33 +35,52 @@ fn ok(args: &[&std::ffi::OsStr]) -> Output {
     out
 }
 
-fn fuse_available() -> Result<(), String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is absent".into());
-    }
-    let root = nix::unistd::geteuid().is_root();
-    if !root && Command::new("fusermount3").arg("-V").output().is_err() {
-        return Err("not root and no fusermount3".into());
-    }
-    Ok(())
+/// Kills the daemon serving `img` with SIGKILL and detaches its dead mount at `mnt`.
+fn kill_daemon(img: &Path, mnt: &Path) {
+    let pid = daemon_pid(img).expect("daemon pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        wait_gone(pid, Duration::from_secs(10)),
+        "daemon did not die"
+    );
+    // The dead mount must be detached before the image can be mounted again.
+    let _ = run(&["umount".as_ref(), "--lazy".as_ref(), mnt.as_os_str()]);
+    let _ = nix::mount::umount2(mnt, nix::mount::MntFlags::MNT_DETACH);
 }
 
 /// Unmounts on drop, lazily, whatever state the daemon is in.
 struct MountGuard(PathBuf);
 
 impl Drop for MountGuard {
+    /// Detaches every mount stacked at the path (a test may leave several).
     fn drop(&mut self) {
-        let mounted = fs::read_to_string("/proc/mounts")
-            .map(|m| m.contains(&*self.0.to_string_lossy()))
-            .unwrap_or(false);
-        if mounted {
-            let _ = Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(&self.0)
-                .output();
+        for _ in 0..8 {
+            if top(&self.0).is_none() {
+                return;
+            }
             let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
         }
     }
+}
+
+/// The topmost mount at `dir`: (type, source).
+fn top(dir: &Path) -> Option<(String, String)> {
+    let table = fern_fuse::mount_table(None).ok()?;
+    fern_fuse::top_mount(&table, dir).map(|e| (e.fs_type.clone(), e.source.clone()))
+}
+
+/// umount(8), as a user or fstab/systemd would unmount: returns when the kernel has
+/// detached the mount, not when the daemon has closed the image.
+fn plain_umount(dir: &Path) {
+    let out = Command::new("umount")
+        .arg(dir)
+        .output()
+        .expect("run umount");
+    assert!(out.status.success(), "umount {}: {out:?}", dir.display());
 }
 
 /// The pid of the daemon serving `img`.
@@ -92,8 +117,7 @@ fn wait_gone(pid: i32, limit: Duration) -> bool {
 
 #[test]
 fn mkfs_mount_umount_fsck_and_kill_9() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -154,19 +178,7 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
         synced.push((p, format!("data {n}")));
     }
     fs::write(mnt.join("maybe"), b"not synced").unwrap();
-    let pid = daemon_pid(&img).expect("daemon pid");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    assert!(
-        wait_gone(pid, Duration::from_secs(10)),
-        "daemon did not die"
-    );
-    // The dead mount must be detached before the image can be mounted again.
-    let _ = run(&["umount".as_ref(), "--lazy".as_ref(), m]);
-    let _ = nix::mount::umount2(&mnt, nix::mount::MntFlags::MNT_DETACH);
+    kill_daemon(&img, &mnt);
     let fsck = ok(&["fsck".as_ref(), i]);
     assert!(
         String::from_utf8_lossy(&fsck.stdout).contains("0 problems"),
@@ -210,8 +222,7 @@ fn stat_json(target: &std::ffi::OsStr) -> serde_json::Value {
 /// unmounted image: the backlog and node counts, no per-mount counters.
 #[test]
 fn stat_reports_live_engine_figures_of_a_mount() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -288,8 +299,7 @@ fn stat_reports_live_engine_figures_of_a_mount() {
 /// without its final checkpoint.
 #[test]
 fn foreground_mount_exits_cleanly_at_unmount() {
-    if let Err(why) = fuse_available() {
-        eprintln!("SKIPPED: fernfs real-mount test: {why}");
+    if skipped(Need::Fuse, fuse_available()) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -320,4 +330,389 @@ fn foreground_mount_exits_cleanly_at_unmount() {
     assert!(status.success(), "the daemon ended with {status}");
     let fsck = ok(&["fsck".as_ref(), i]);
     assert!(String::from_utf8_lossy(&fsck.stdout).contains("0 problems"));
+}
+
+/// Unmounting a fernfs mount — by umount(8), by `fernfs umount`, by a signal to the daemon —
+/// touches that mount only: a tmpfs beneath it, or another fernfs beneath it, stays mounted
+/// with its files (issue 12.2: fuser unmounted by path once more after the kernel had
+/// detached ours, taking the mount beneath with it). And a daemon whose mount is covered by
+/// another one does not unmount on SIGTERM (by path it would hit the cover).
+#[test]
+fn unmounting_fernfs_leaves_what_is_mounted_beneath_alone() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (x, y) = (tmp.path().join("x.img"), tmp.path().join("y.img"));
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let m = mnt.as_os_str();
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mkfs".as_ref(), x.as_os_str()]);
+    ok(&["mkfs".as_ref(), y.as_os_str()]);
+    let (xs, ys) = (
+        x.canonicalize().unwrap().display().to_string(),
+        y.canonicalize().unwrap().display().to_string(),
+    );
+    let tmpfs = || nix::mount::MsFlags::empty();
+    nix::mount::mount(Some("beneath"), &mnt, Some("tmpfs"), tmpfs(), None::<&str>).unwrap();
+    fs::write(mnt.join("f"), b"keep").unwrap();
+    let fernfs_top = |src: &str| Some((fern_fuse::FS_TYPE.to_string(), src.to_string()));
+    let tmpfs_intact = |when: &str| {
+        assert_eq!(
+            top(&mnt),
+            Some(("tmpfs".to_string(), "beneath".to_string())),
+            "{when}: the tmpfs beneath must still be mounted"
+        );
+        assert_eq!(fs::read(mnt.join("f")).unwrap(), b"keep", "{when}");
+    };
+    let mount = |img: &Path| {
+        ok(&["mount".as_ref(), img.as_os_str(), m]);
+        daemon_pid(img).expect("daemon pid")
+    };
+    let gone = |pid: i32, when: &str| {
+        assert!(
+            wait_gone(pid, Duration::from_secs(30)),
+            "{when}: daemon {pid} did not exit"
+        )
+    };
+
+    // umount(8).
+    let pid = mount(&x);
+    assert_eq!(
+        top(&mnt),
+        fernfs_top(&xs),
+        "the mount's type is fuse.fernfs"
+    );
+    plain_umount(&mnt);
+    gone(pid, "umount");
+    tmpfs_intact("after umount(8)");
+
+    // fernfs umount.
+    let pid = mount(&x);
+    ok(&["umount".as_ref(), m]);
+    gone(pid, "fernfs umount");
+    tmpfs_intact("after fernfs umount");
+
+    // Two fernfs mounts stacked: unmounting the upper one leaves the lower one.
+    let px = mount(&x);
+    let py = mount(&y);
+    assert_eq!(top(&mnt), fernfs_top(&ys));
+    plain_umount(&mnt);
+    gone(py, "stacked umount");
+    assert_eq!(top(&mnt), fernfs_top(&xs), "the lower fernfs must stay");
+    ok(&["umount".as_ref(), m]);
+    gone(px, "stacked, lower");
+    tmpfs_intact("after two stacked fernfs mounts");
+
+    // SIGTERM: the daemon unmounts its own mount.
+    let pid = mount(&x);
+    let term = |pid: i32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap()
+    };
+    term(pid);
+    gone(pid, "SIGTERM");
+    tmpfs_intact("after SIGTERM");
+
+    // SIGTERM while another mount covers ours: nothing is unmounted; once the cover is gone,
+    // an unmount ends the daemon as usual.
+    let pid = mount(&x);
+    nix::mount::mount(Some("cover"), &mnt, Some("tmpfs"), tmpfs(), None::<&str>).unwrap();
+    term(pid);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        top(&mnt),
+        Some(("tmpfs".to_string(), "cover".to_string())),
+        "SIGTERM must not unmount the mount on top of ours"
+    );
+    assert!(Path::new(&format!("/proc/{pid}")).exists(), "daemon ended");
+    plain_umount(&mnt); // the cover
+    assert_eq!(top(&mnt), fernfs_top(&xs));
+    plain_umount(&mnt);
+    gone(pid, "covered, then unmounted");
+    tmpfs_intact("after a covered SIGTERM");
+    plain_umount(&mnt);
+}
+
+/// After a plain umount(8) — which returns when the kernel detaches the mount, before the
+/// daemon has checkpointed and closed the image — `fsck` and `mount` wait for that daemon
+/// (announced, bounded) instead of failing "in use" (issue 12.3); an image a live daemon has
+/// mounted is still refused at once, naming the mount.
+#[test]
+fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (i, m) = (img.as_os_str(), mnt.as_os_str());
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mkfs".as_ref(), i]);
+    // Enough data that closing the image (sync, checkpoint) takes a while.
+    let fill = |tag: &str| {
+        for n in 0..300 {
+            let data: Vec<u8> = (0..100_000u32).map(|b| (b * 7 + n) as u8).collect();
+            fs::write(mnt.join(format!("{tag}{n}")), data).unwrap();
+        }
+    };
+    ok(&["mount".as_ref(), i, m]);
+    fill("a");
+    plain_umount(&mnt);
+    let fsck = run(&["fsck".as_ref(), i]);
+    assert!(
+        fsck.status.success(),
+        "fsck right after umount: {}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(String::from_utf8_lossy(&fsck.stdout).contains("0 problems"));
+
+    ok(&["mount".as_ref(), i, m]);
+    fill("b");
+    plain_umount(&mnt);
+    let again = run(&["mount".as_ref(), i, m]);
+    assert!(
+        again.status.success(),
+        "mount right after umount: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(fs::read(mnt.join("b299")).unwrap().len(), 100_000);
+
+    // Mounted: refused at once, with the mount point named.
+    let start = Instant::now();
+    let busy = run(&["fsck".as_ref(), i]);
+    assert_eq!(busy.status.code(), Some(8));
+    let err = String::from_utf8_lossy(&busy.stderr);
+    assert!(
+        err.contains("mounted on") && err.contains(&*mnt.to_string_lossy()),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10), "must not wait");
+    ok(&["umount".as_ref(), m]);
+}
+
+/// fstab's `IMAGE DIR fuse.fernfs defaults 0 0` and `mount -t fuse.fernfs IMAGE DIR` go through
+/// mount(8)'s helper look-up: fuse3's `mount.fuse` runs `fernfs IMAGE DIR -o OPTIONS` from the
+/// default PATH. In a private mount namespace, /usr/local/bin is replaced by a directory
+/// holding `fernfs`, so nothing is installed on the machine.
+#[test]
+fn mount_t_fuse_fernfs_runs_fernfs_through_mount_fuse() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    let missing: Vec<&str> = ["/sbin/mount.fuse", "/usr/bin/unshare"]
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    let check = if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{missing:?} missing (install fuse3, util-linux)"))
+    };
+    if skipped(Need::Fuse, check) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    let bin = tmp.path().join("bin");
+    fs::create_dir(&mnt).unwrap();
+    fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_fernfs"), bin.join("fernfs")).unwrap();
+    ok(&["mkfs".as_ref(), img.as_os_str()]);
+    let script = format!(
+        "set -e; mount --bind '{b}' /usr/local/bin; mount -t fuse.fernfs -o noatime '{i}' '{m}'; \
+         findmnt -n -o FSTYPE,SOURCE '{m}'; echo hello > '{m}/hello'; umount '{m}'",
+        b = bin.display(),
+        i = img.display(),
+        m = mnt.display()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.contains(&format!(
+            "fuse.fernfs {}",
+            img.canonicalize().unwrap().display()
+        )),
+        "{stdout}"
+    );
+    // The daemon (in that namespace) closes the image; fsck waits for it.
+    ok(&["fsck".as_ref(), img.as_os_str()]);
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str()]);
+    assert_eq!(fs::read(mnt.join("hello")).unwrap(), b"hello\n");
+    ok(&["umount".as_ref(), mnt.as_os_str()]);
+}
+
+/// `-o log=PATH`: the daemon (whose stderr is /dev/null) logs its mount and its unmount there.
+#[test]
+fn the_daemon_logs_to_the_log_option_file() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    let log = tmp.path().join("daemon.log");
+    fs::create_dir(&mnt).unwrap();
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mkfs".as_ref(), img.as_os_str()]);
+    let opt = format!("log={}", log.display());
+    ok(&[
+        "mount".as_ref(),
+        img.as_os_str(),
+        mnt.as_os_str(),
+        "-o".as_ref(),
+        opt.as_ref(),
+    ]);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(text.contains("mounted on"), "{text}");
+    ok(&["umount".as_ref(), mnt.as_os_str()]);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("unmounted;") && text.contains("closed"),
+        "{text}"
+    );
+}
+
+/// scripts/demo names the host file system by its mount-table type (statfs's magic number
+/// calls ext4 "ext2/ext3") and prints the ratio of the two rates (issue 12.15).
+#[test]
+fn demo_names_the_host_type_and_prints_the_ratio() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let want = Command::new("findmnt")
+        .args(["-n", "-o", "FSTYPE", "--target"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let want = String::from_utf8_lossy(&want.stdout).trim().to_string();
+    let out = Command::new("bash")
+        .arg(root.join("scripts/demo"))
+        .env("FILES", "200")
+        .env("DEMO_DIR", tmp.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains(&format!("host ({want})")),
+        "want {want}:\n{text}"
+    );
+    assert!(text.contains("fernfs / host = "), "{text}");
+    assert!(text.contains('×'), "{text}");
+}
+
+/// Issue 11, defect 1, as a user meets it: 200 files written without fsync, `last` written and
+/// fsynced with its directory, the daemon killed, then one bit flipped in the payload of a log
+/// frame about a quarter into the log. The records after it prove it was durable (W4, W10), so
+/// fsck (exit 4) and mount refuse, naming the record; `fsck --repair` cuts the log there,
+/// keeping everything before it, says what it dropped, and the image is clean afterwards.
+#[test]
+fn damaged_log_after_kill_9_is_refused_then_repaired() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (i, m) = (img.as_os_str(), mnt.as_os_str());
+    let _guard = MountGuard(mnt.clone());
+    ok(&["mkfs".as_ref(), i]);
+    ok(&["mount".as_ref(), i, m]);
+    for n in 0..200 {
+        fs::write(mnt.join(format!("f{n:03}")), format!("file {n}\n")).unwrap();
+    }
+    let mut last = fs::File::create(mnt.join("last")).unwrap();
+    std::io::Write::write_all(&mut last, b"the last file, fsynced\n").unwrap();
+    last.sync_all().unwrap();
+    fs::File::open(&mnt).unwrap().sync_all().unwrap();
+    drop(last);
+    kill_daemon(&img, &mnt);
+
+    // The frames of the log: the region is the image's largest extent.
+    let bytes = fs::read(&img).unwrap();
+    let opened = fern_tree::blockfile::BlockFile::open(std::sync::Arc::new(
+        fern_tree::device::MemDevice::from_bytes(bytes.clone()),
+    ))
+    .unwrap();
+    let log = opened
+        .file
+        .live_blocks()
+        .map(|(_, l)| l)
+        .max_by_key(|l| l.len)
+        .unwrap();
+    let (lo, hi) = (
+        log.offset as usize,
+        (log.offset + u64::from(log.len)) as usize,
+    );
+    // Record frames (tag 1: write batches), found by the magic.
+    let frames: Vec<usize> = bytes[lo..hi]
+        .windows(4)
+        .enumerate()
+        .filter(|&(at, w)| w == b"FWAL" && bytes.get(lo + at + 36) == Some(&1))
+        .map(|(at, _)| lo + at)
+        .collect();
+    assert!(frames.len() > 20, "{} record frames", frames.len());
+    let victim = frames[frames.len() / 4];
+    let lsn = victim - lo; // the log has not wrapped: LSN = offset in the region
+    let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(
+        &f,
+        &[bytes[victim + 36 + 9] ^ 0x20],
+        (victim + 36 + 9) as u64,
+    )
+    .unwrap();
+    drop(f);
+    drop(bytes);
+
+    let fsck = run(&["fsck".as_ref(), i]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(
+        matches!(fsck.status.code(), Some(4) | Some(8)),
+        "fsck of a damaged log: {:?}\n{said}",
+        fsck.status
+    );
+    assert!(
+        said.contains(&format!("log record at LSN {lsn} ")),
+        "{said}"
+    );
+    let mount = run(&["mount".as_ref(), i, m]);
+    let said = String::from_utf8_lossy(&mount.stderr);
+    assert!(!mount.status.success(), "mount of a damaged log must fail");
+    assert!(
+        said.contains(&format!("log record at LSN {lsn} ")),
+        "{said}"
+    );
+    assert!(said.contains("--repair"), "{said}");
+
+    let repair = run(&["fsck".as_ref(), i, "--repair".as_ref()]);
+    let said = String::from_utf8_lossy(&repair.stdout);
+    assert_eq!(repair.status.code(), Some(1), "{said}");
+    assert!(said.contains(&format!("damaged at LSN {lsn} ")), "{said}");
+    assert!(said.contains("later records"), "{said}");
+    let fsck = ok(&["fsck".as_ref(), i]);
+    assert!(String::from_utf8_lossy(&fsck.stdout).contains(" 0 problems"));
+    // Everything before the damaged record is kept: the first files.
+    ok(&["mount".as_ref(), i, m]);
+    assert_eq!(fs::read_to_string(mnt.join("f000")).unwrap(), "file 0\n");
+    ok(&["umount".as_ref(), m]);
+    ok(&["fsck".as_ref(), i]);
 }

@@ -2,7 +2,7 @@
 //!
 //! Budget: LMDB has no cache of its own; it reads and writes through the OS page cache of its
 //! memory map, so `budget_bytes` cannot be applied inside the engine. Only a cgroup memory cap
-//! (WORKLOADS.md "Memory cap") bounds it like the others; without one its reads are served by
+//! (docs/workloads.md, rule 4 "One memory budget") bounds it like the others; without one its reads are served by
 //! all the memory the machine has, and the report says so. The map size is set far above the
 //! data (it is address space, not memory). Deferred durability opens the environment with
 //! `NO_SYNC` (commits are written, not fsynced) and `sync` calls `mdb_env_sync(force)`.

@@ -2,14 +2,14 @@
 //! of TokuBench beside the harness's own F1, and the fs_mark half of F11 (`-S 1`: fsync of
 //! every file before its close).
 //!
-//! WORKLOADS.md gives the command
+//! docs/workloads.md gives the command
 //! `fs_mark -d $M/t0 .. -d $M/t3 -D 128 -N 128 -n 16384 -s 200 -S 0 -L 1 -k`, run in a loop
 //! over top directories. fs_mark's `-n` counts files per `-d` directory (one thread each) and
 //! per iteration; with `-D 128 -N 128` it fills 128 subdirectories with 128 files each and
 //! then wraps around to the first subdirectory, so more than 16,384 files in one directory per
 //! invocation would break the "≤ 128 entries per directory" rule. Hence the mapping
 //! ([`FsMarkPlan`]): T threads = T `-d` directories per invocation (never more than 64, the
-//! limit WORKLOADS.md sets), `-L 1`, and as many invocations with fresh top directories
+//! limit docs/workloads.md sets), `-L 1`, and as many invocations with fresh top directories
 //! (`t0..t{T-1}`, then `tT..`, ...) as it takes for each thread to create its share of the
 //! files with at most fanout² files per invocation; the shares differ by at most one file
 //! between invocations so the total is exact.
@@ -31,7 +31,7 @@ use super::workloads::{join, mount_of, record, run_prog, FsTaskOutput, FsTaskSpe
 use super::FsWorkload;
 use crate::{BenchError, Result};
 
-/// Most `-d` directories one fs_mark invocation may get (WORKLOADS.md).
+/// Most `-d` directories one fs_mark invocation may get (docs/workloads.md).
 pub const MAX_DIRS: u32 = 64;
 
 /// The fs_mark invocations of one F1/F11 run.

@@ -1,4 +1,4 @@
-//! The device's physical limits of WORKLOADS.md, measured by fio (Debian package `fio`) in
+//! The device's physical limits of docs/workloads.md, measured by fio (Debian package `fio`) in
 //! the same run as the file systems, on the disk that holds their images: a file in the
 //! task's scratch directory, next to where the loop images and fernfs images live.
 //!

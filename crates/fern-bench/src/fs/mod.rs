@@ -1,4 +1,4 @@
-//! File-system workloads of shared/WORKLOADS.md (F1-F8, F9a/b/c, F10) run through a file
+//! File-system workloads of docs/workloads.md (F1-F8, F9a/b/c, F10) run through a file
 //! system's own interface: fern-fs's library API on a fern-kv-tree image (`fernfs-lib`), or
 //! POSIX syscalls on a mount: the fernfs FUSE daemon (`fernfs-fuse`), the null FUSE file
 //! system (`null-fuse`), or a fresh loop-mounted kernel file system (`ext4`, `xfs`, `btrfs`).
@@ -35,7 +35,7 @@ use crate::{BenchError, Result};
 
 pub use target::{FsSystem, FsTarget};
 
-/// A file-system workload id of WORKLOADS.md.
+/// A file-system workload id of docs/workloads.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum FsWorkload {
     /// TokuBench: create N files of 200 bytes in a balanced tree (≤ 128 entries per directory).
@@ -127,7 +127,7 @@ impl FsWorkload {
     }
 }
 
-/// Sizes of one run (WORKLOADS.md "full / quick").
+/// Sizes of one run (docs/workloads.md "full / quick").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FsSizes {
     /// Files of the F1 tree (also F2, F9b, F10).
@@ -214,7 +214,7 @@ fn default_f8() -> u64 {
 }
 
 impl FsSizes {
-    /// Full sizes of WORKLOADS.md.
+    /// Full sizes of docs/workloads.md.
     pub fn full() -> FsSizes {
         FsSizes {
             tree_files: 1_000_000,
@@ -242,7 +242,7 @@ impl FsSizes {
         }
     }
 
-    /// Quick sizes of WORKLOADS.md.
+    /// Quick sizes of docs/workloads.md.
     pub fn quick() -> FsSizes {
         FsSizes {
             tree_files: 20_000,

@@ -1,4 +1,4 @@
-//! `null-fuse`: the FUSE-path limit of WORKLOADS.md — a FUSE file system that answers every
+//! `null-fuse`: the FUSE-path limit of docs/workloads.md — a FUSE file system that answers every
 //! request and stores no data, so whatever time a workload takes on it is the kernel's FUSE
 //! path, the round trips and fuser, nothing else.
 //!

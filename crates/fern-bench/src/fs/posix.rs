@@ -9,10 +9,8 @@
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -324,16 +322,8 @@ impl MountGuard for LoopMount {
 
     /// Used blocks as df(1) counts them: (f_blocks - f_bfree) × f_frsize.
     fn space_used(&self) -> Result<Option<u64>> {
-        let c = cpath(&self.mountpoint)?;
-        // SAFETY: an all-zero statvfs is a valid value of a plain C struct.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `c` is a NUL-terminated path and `st` a statvfs, both live for the call.
-        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-            return Err(std::io::Error::last_os_error().into());
-        }
-        Ok(Some(
-            (st.f_blocks as u64 - st.f_bfree as u64) * st.f_frsize as u64,
-        ))
+        let st = rustix::fs::statvfs(&self.mountpoint).map_err(std::io::Error::from)?;
+        Ok(Some((st.f_blocks - st.f_bfree) * st.f_frsize))
     }
 }
 
@@ -427,11 +417,6 @@ impl PosixTarget {
     }
 }
 
-fn cpath(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-}
-
 impl FsTarget for PosixTarget {
     fn system(&self) -> &'static str {
         self.system
@@ -499,19 +484,17 @@ impl FsTarget for PosixTarget {
     }
 
     fn set_times(&self, path: &str, secs: i64) -> Result<()> {
-        let c = cpath(&self.p(path)).map_err(|e| self.err("utimens", path, e))?;
-        let t = libc::timespec {
-            tv_sec: secs as libc::time_t,
+        use rustix::fs::{utimensat, AtFlags, Timespec, Timestamps, CWD};
+        let t = Timespec {
+            tv_sec: secs,
             tv_nsec: 0,
         };
-        let times = [t, t];
-        // SAFETY: `c` is a NUL-terminated path that outlives the call; `times` points to the
-        // two timespecs utimensat reads.
-        let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
-        if rc != 0 {
-            return Err(self.err("utimens", path, std::io::Error::last_os_error()));
-        }
-        Ok(())
+        let times = Timestamps {
+            last_access: t,
+            last_modification: t,
+        };
+        utimensat(CWD, self.p(path), &times, AtFlags::empty())
+            .map_err(|e| self.err("utimens", path, std::io::Error::from(e)))
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
@@ -593,13 +576,7 @@ impl FsTarget for PosixTarget {
         if self.sync_by == SyncBy::FsyncRoot {
             return d.sync_all().map_err(|e| self.err("fsync", &root, e));
         }
-        use std::os::fd::AsRawFd;
-        // SAFETY: syncfs takes a file descriptor we own for the duration of the call.
-        let rc = unsafe { libc::syncfs(d.as_raw_fd()) };
-        if rc != 0 {
-            return Err(self.err("syncfs", &root, std::io::Error::last_os_error()));
-        }
-        Ok(())
+        rustix::fs::syncfs(&d).map_err(|e| self.err("syncfs", &root, std::io::Error::from(e)))
     }
 
     fn cold(&mut self, drop_caches: bool) -> Result<bool> {

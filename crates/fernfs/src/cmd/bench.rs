@@ -4,7 +4,7 @@
 //!
 //! `fernfs bench engine`: the engine workloads E1–E7 and E9 against the peer engines compiled into
 //! this build (`--features peers`, `--features rocksdb`), with a table on stdout, progress on
-//! stderr and `--json FILE` records in the format of WORKLOADS.md "Reporting".
+//! stderr and `--json FILE` records in the format of docs/workloads.md "Reporting".
 //!
 //! Each task runs in a child process (this binary, re-executed with the hidden subcommand
 //! `bench engine-task`), so one engine's memory never counts against another's peak RSS.
@@ -135,7 +135,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
 /// Options of `fernfs bench fs`.
 #[derive(Debug, Args)]
 pub struct FsArgs {
-    /// Quick sizes of WORKLOADS.md (20k files, 256 MiB files, 10k-file rename, 1 repetition).
+    /// Quick sizes of docs/workloads.md (20k files, 256 MiB files, 10k-file rename, 1 repetition).
     #[arg(long)]
     pub quick: bool,
     /// Systems (fernfs-lib, fernfs-fuse, null-fuse, ext4, xfs, btrfs); a system that cannot
@@ -218,7 +218,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
         sizes.unlink_bytes = m.max(1) << 20;
     }
     if let Some(m) = a.mem_cap_mib {
-        // WORKLOADS.md: under a memory cap the engine's own cache gets the same budget.
+        // docs/workloads.md: under a memory cap the engine's own cache gets the same budget.
         sizes.fern_cache_bytes = m.max(16) << 20;
     }
     if let Some(c) = a.cache_mib {
@@ -285,7 +285,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
         limits: !a.no_limits,
     };
     let pinned = cfg.pin && fs::runner::taskset_available();
-    let mut progress = Bar::new();
+    let mut progress = Bar::new(&dir, true)?;
     let out = fs::runner::run(&cfg, &mut progress)?;
     let _ = std::fs::remove_dir(&dir);
     let command: Vec<String> = std::env::args().collect();
@@ -426,7 +426,7 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
     println!("- cold reads: {cold}");
     println!();
 
-    let mut progress = Bar::new();
+    let mut progress = Bar::new(&dir, false)?;
     let out = runner::run(&cfg, &mut progress)?;
     let _ = std::fs::remove_dir(&dir);
 
@@ -451,35 +451,119 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Progress on stderr with indicatif.
+/// Progress on stderr: an indicatif bar with the elapsed time and the task when stderr is a
+/// terminal, else one line per task (logs stay readable). It also owns Ctrl-C: the tasks run
+/// in child processes, so on SIGINT/SIGTERM/SIGHUP the signal thread kills them, removes the
+/// scratch directory — or, for `bench fs`, whose scratch may still hold mounts, removes what it
+/// can and says what is left and how to remove it — and ends the process with 130; the
+/// runner, if it reaches its next task meanwhile, waits there instead of starting it.
 struct Bar {
     bar: ProgressBar,
+    lines: bool,
+    total: usize,
+    stop: super::interrupt::Interrupt,
+}
+
+/// Removes the scratch directory of an interrupted run, or says what is left.
+fn clean_scratch(dir: &std::path::Path, may_hold_mounts: bool) {
+    let mounts: Vec<PathBuf> = if may_hold_mounts {
+        fern_fuse::mount_table(None)
+            .map(|t| {
+                t.into_iter()
+                    .map(|e| e.mount_point)
+                    .filter(|m| m.starts_with(dir))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    if !mounts.is_empty() {
+        eprintln!(
+            "fernfs bench: interrupted; scratch data left in {} with {} mount(s) under it ({}); \
+             remove it with `umount -R -l {} ; rm -rf {}`",
+            dir.display(),
+            mounts.len(),
+            mounts
+                .iter()
+                .map(|m| m.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            dir.display(),
+            dir.display()
+        );
+        return;
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => eprintln!(
+            "fernfs bench: interrupted; scratch data removed ({})",
+            dir.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("fernfs bench: interrupted; no scratch data was left")
+        }
+        Err(e) => eprintln!(
+            "fernfs bench: interrupted; could not remove the scratch data in {}: {e}",
+            dir.display()
+        ),
+    }
 }
 
 impl Bar {
-    fn new() -> Bar {
-        let bar = ProgressBar::new(0);
-        bar.set_style(
-            ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar.enable_steady_tick(Duration::from_millis(500));
-        Bar { bar }
+    fn new(scratch: &std::path::Path, may_hold_mounts: bool) -> Result<Bar, BenchError> {
+        use std::io::IsTerminal;
+        let dir = scratch.to_path_buf();
+        let stop = super::interrupt::Interrupt::install_with(move |_| {
+            super::interrupt::kill_children();
+            clean_scratch(&dir, may_hold_mounts);
+            std::process::exit(130);
+        })
+        .map_err(|e| BenchError::Usage(e.to_string()))?;
+        let lines = !std::io::stderr().is_terminal();
+        let bar = if lines {
+            ProgressBar::hidden()
+        } else {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(500));
+            bar
+        };
+        Ok(Bar {
+            bar,
+            lines,
+            total: 0,
+            stop,
+        })
     }
 }
 
 impl Progress for Bar {
     fn start(&mut self, total: usize) {
+        self.total = total;
         self.bar.set_length(total as u64);
     }
 
     fn task(&mut self, index: usize, label: &str) {
+        // Interrupted: the signal thread is cleaning up and ends the process; start nothing.
+        while self.stop.signal().is_some() {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        if self.lines {
+            eprintln!("fernfs bench: task {}/{}: {label}", index + 1, self.total);
+        }
         self.bar.set_position(index as u64);
         self.bar.set_message(label.to_string());
     }
 
     fn note(&mut self, text: &str) {
-        self.bar.println(text);
+        if self.lines {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
     }
 
     fn finish(&mut self) {

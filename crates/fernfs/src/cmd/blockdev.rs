@@ -37,7 +37,17 @@ impl Partition {
     /// Opens the device at `path` for reading and writing. `fresh`: it is about to be
     /// formatted, so its logical length starts at 0; otherwise at its capacity.
     pub fn open(path: &Path, fresh: bool) -> io::Result<Partition> {
-        let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+        Self::open_file(path, fresh, false)
+    }
+
+    /// Opens a device holding an image, for reading only if `read_only` (the kernel then
+    /// refuses every write through it).
+    pub fn open_existing(path: &Path, read_only: bool) -> io::Result<Partition> {
+        Self::open_file(path, false, read_only)
+    }
+
+    fn open_file(path: &Path, fresh: bool, read_only: bool) -> io::Result<Partition> {
+        let mut file = OpenOptions::new().read(true).write(!read_only).open(path)?;
         // A block device's metadata length is 0; its size is where seeking to the end lands.
         let capacity = file.seek(SeekFrom::End(0))?;
         Ok(Partition {

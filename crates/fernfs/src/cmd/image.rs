@@ -2,7 +2,13 @@
 //! subcommands, and their shared error type. It owns the image lock: whoever has the image
 //! open for writing holds an exclusive `flock` on it, so a second mount, a mkfs over a
 //! mounted image or an fsck of a mounted image is refused instead of corrupting it (the
-//! engine itself does not lock). It must never format anything by itself.
+//! engine itself does not lock); a read-only open (`fsck` without `--repair`, `stat`,
+//! `export`: the engine's W11, nothing is written) holds a shared lock, so it waits for no
+//! other reader but never runs beside a writer. A lock held by a mount daemon whose mount is
+//! already gone
+//! (a plain `umount` returns when the kernel detaches the mount, before the daemon has
+//! closed the image) is waited for, bounded and announced: see `holder`. It must never
+//! format anything by itself.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -13,6 +19,7 @@ use std::time::{Duration, Instant};
 use fern_fs::{Fs, FsError};
 use fern_kv::{KvError, KvStore};
 use fern_kv_tree::TreeStore;
+use fern_tree::{Options, RecoveryReport};
 use nix::fcntl::{Flock, FlockArg};
 
 /// An error of a file-system subcommand: what failed, and what to do about it.
@@ -43,13 +50,9 @@ macro_rules! from_display {
         }
     )*};
 }
-from_display!(
-    std::io::Error,
-    FsError,
-    KvError,
-    fern_fuse::OptionError,
-    fern_bench::BenchError
-);
+from_display!(std::io::Error, FsError, KvError, fern_fuse::OptionError);
+#[cfg(feature = "bench")]
+from_display!(fern_bench::BenchError);
 
 /// Default node-cache size of a mount or fsck.
 pub const DEFAULT_CACHE: u64 = 128 << 20;
@@ -63,23 +66,68 @@ pub struct Image {
     _lock: Flock<File>,
 }
 
-/// Takes the exclusive lock on the image file at `path`, failing at once if it is held.
-pub fn lock(path: &Path) -> Result<Flock<File>, CmdError> {
+/// How an image is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write (mount, import, `fsck --repair`): recovery checkpoints.
+    ReadWrite,
+    /// Never write the image (W11): `fsck`, `stat`, `export`.
+    ReadOnly,
+    /// `fsck --repair`: read and write, and a damaged log is cut at the damage instead of
+    /// refusing the open (what was dropped is in [`Image::recovery`]).
+    Repair,
+}
+
+/// How long [`lock`] waits for a daemon that is unmounting to close the image.
+pub const UNMOUNTING_WAIT: Duration = Duration::from_secs(30);
+
+/// One attempt at the lock (`how`: shared or exclusive, never blocking): `Ok(None)` when
+/// someone else holds it.
+fn try_lock(path: &Path, how: FlockArg) -> Result<Option<Flock<File>>, CmdError> {
     let f = OpenOptions::new()
         .read(true)
         .open(path)
         .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
-    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
-        if errno == nix::errno::Errno::EWOULDBLOCK {
-            CmdError::new(format!(
-                "{} is in use (mounted, or being checked); unmount it first with \
-                 `fernfs umount MOUNTPOINT`",
-                path.display()
-            ))
-        } else {
-            CmdError::new(format!("{}: lock: {errno}", path.display()))
+    match Flock::lock(f, how) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(CmdError::new(format!("{}: lock: {errno}", path.display()))),
+    }
+}
+
+/// Takes the exclusive lock on the image at `path`. If a fernfs mount daemon holds it and its
+/// mount is no longer in its mount table, that daemon is unmounting: wait for it (announced on
+/// stderr) up to [`UNMOUNTING_WAIT`]. Any other holder — a daemon still mounted, an fsck, an
+/// import — is an error at once, naming it.
+pub fn lock(path: &Path) -> Result<Flock<File>, CmdError> {
+    lock_as(path, FlockArg::LockExclusiveNonblock)
+}
+
+/// [`lock`], shared or exclusive as `how` says.
+fn lock_as(path: &Path, how: FlockArg) -> Result<Flock<File>, CmdError> {
+    let start = Instant::now();
+    let mut announced = false;
+    loop {
+        if let Some(l) = try_lock(path, how)? {
+            return Ok(l);
         }
-    })
+        let holder = super::holder::of(path);
+        match holder {
+            super::holder::Holder::Unmounting(pid) if start.elapsed() < UNMOUNTING_WAIT => {
+                if !announced {
+                    eprintln!(
+                        "fernfs: waiting for the daemon that is unmounting {} (pid {pid})…",
+                        path.display()
+                    );
+                    announced = true;
+                }
+            }
+            // Released between our attempt and the look-up: try again.
+            super::holder::Holder::None if start.elapsed() < UNMOUNTING_WAIT => {}
+            h => return Err(h.in_use_error(path, start.elapsed())),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Waits up to `limit` for the lock on `path` to become free (a daemon finishing its
@@ -87,11 +135,35 @@ pub fn lock(path: &Path) -> Result<Flock<File>, CmdError> {
 pub fn wait_unlocked(path: &Path, limit: Duration) -> Result<(), CmdError> {
     let start = Instant::now();
     loop {
-        match lock(path) {
-            Ok(_) => return Ok(()),
-            Err(e) if start.elapsed() >= limit => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        match try_lock(path, FlockArg::LockExclusiveNonblock)? {
+            Some(_) => return Ok(()),
+            None if start.elapsed() >= limit => {
+                return Err(super::holder::of(path).in_use_error(path, start.elapsed()))
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
         }
+    }
+}
+
+/// Refuses what is not a fernfs image by its signature (the engine's header magic in either
+/// header slot: a damaged slot 0 with a good slot 1 is still an image), before the engine
+/// reports it as a bare I/O error.
+pub fn check_signature(path: &Path) -> Result<(), CmdError> {
+    use std::os::unix::fs::FileExt;
+    let f = File::open(path).map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
+    let magic = fern_tree::blockfile::MAGIC;
+    let has = |off: u64| {
+        let mut b = [0u8; 8];
+        f.read_exact_at(&mut b, off).is_ok() && b == magic
+    };
+    if has(0) || has(fern_tree::blockfile::ALIGN) {
+        Ok(())
+    } else {
+        Err(CmdError::new(format!(
+            "{}: not a fernfs image (no fernfs signature at offset 0); create one with \
+             `fernfs mkfs`",
+            path.display()
+        )))
     }
 }
 
@@ -110,6 +182,13 @@ pub fn open_error(path: &Path, e: &KvError) -> CmdError {
              the data in it is intact: give the image more room (a larger device or file) \
              and open it again"
         )),
+        // A damaged log is not "not an image" either: mkfs would destroy what it holds.
+        Some(E::Checksum { what, .. }) if what.contains("log record at LSN") => {
+            CmdError::new(format!(
+                "{p}: the write-ahead log is damaged: {e}. Nothing was changed. `fernfs fsck \
+                 --repair` cuts the log at the damaged record, keeping everything before it"
+            ))
+        }
         Some(E::Checksum { .. } | E::Corrupt { .. } | E::MissingNode(_)) => CmdError::new(format!(
             "{p}: the fernfs image is damaged ({e}); see `fernfs fsck --repair`"
         )),
@@ -118,18 +197,39 @@ pub fn open_error(path: &Path, e: &KvError) -> CmdError {
 }
 
 impl Image {
-    /// Opens and locks the fernfs image at `path` with a node cache of `cache_bytes`.
+    /// Opens and locks the fernfs image at `path` for reading and writing with a node cache of
+    /// `cache_bytes`.
     pub fn open(path: &Path, cache_bytes: u64) -> Result<Image, CmdError> {
+        Self::open_as(path, cache_bytes, Access::ReadWrite)
+    }
+
+    /// Opens and locks the fernfs image at `path` as `access` says.
+    pub fn open_as(path: &Path, cache_bytes: u64, access: Access) -> Result<Image, CmdError> {
         let path = path
             .canonicalize()
             .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
-        let lock = lock(&path)?;
+        check_signature(&path)?;
+        let read_only = access == Access::ReadOnly;
+        let lock = lock_as(
+            &path,
+            if read_only {
+                FlockArg::LockSharedNonblock
+            } else {
+                FlockArg::LockExclusiveNonblock
+            },
+        )?;
+        let opts = Options {
+            cache_bytes: cache_bytes as usize,
+            read_only,
+            cut_damaged_log: access == Access::Repair,
+            ..Options::default()
+        };
         let opened = if super::blockdev::is_block_device(&path) {
-            let dev = super::blockdev::Partition::open(&path, false)
+            let dev = super::blockdev::Partition::open_existing(&path, read_only)
                 .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
-            TreeStore::open_on(Arc::new(dev), cache_bytes as usize, fern_fs::registry())
+            TreeStore::open_on_with(Arc::new(dev), opts, fern_fs::registry())
         } else {
-            TreeStore::open(&path, cache_bytes as usize, fern_fs::registry())
+            TreeStore::open_with(&path, opts, fern_fs::registry())
         };
         let store = opened.map_err(|e| open_error(&path, &e))?;
         Ok(Image {
@@ -137,6 +237,11 @@ impl Image {
             path,
             _lock: lock,
         })
+    }
+
+    /// What the engine's recovery found and worked around (damaged header slot, log cut).
+    pub fn recovery(&self) -> RecoveryReport {
+        self.store.env().recovery()
     }
 
     /// The store as the file system sees it.
@@ -147,7 +252,12 @@ impl Image {
     /// Mounts the file system core on this image (cleaning up files left unlinked-but-open by
     /// the previous mount).
     pub fn fs(&self) -> Result<Arc<Fs>, CmdError> {
-        Fs::mount(self.kv()).map(Arc::new).map_err(|e| {
+        let mounted = if self.store.env().is_read_only() {
+            Fs::mount_read_only(self.kv())
+        } else {
+            Fs::mount(self.kv())
+        };
+        mounted.map(Arc::new).map_err(|e| {
             CmdError::new(format!(
                 "{}: cannot mount the file system: {e}",
                 self.path.display()
@@ -158,6 +268,9 @@ impl Image {
     /// Makes everything durable and closes the engine; the lock goes last.
     pub fn close(self) -> Result<(), CmdError> {
         let Image { store, path, _lock } = self;
+        if store.env().is_read_only() {
+            return Ok(()); // nothing to make durable: nothing was written (W11)
+        }
         match Arc::try_unwrap(store) {
             Ok(store) => store
                 .close()

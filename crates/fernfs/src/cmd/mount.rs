@@ -4,11 +4,17 @@
 //! group with `/` as its working directory and stdin/stderr on /dev/null; the child reports
 //! `ready` (or `error: ...`) on its stdout, a pipe the parent reads, so `fernfs mount` returns
 //! exactly when the mount is usable and fails with the child's reason otherwise. No fork in a
-//! threaded process, no unsafe.
+//! threaded process, no unsafe. Whatever the daemon has to say later goes to its logger
+//! (`daemon_log`: `-o log=PATH`, syslog, or stderr).
 //!
-//! The mount's `fsname` is the image's canonical path, so /proc/mounts names the image and
-//! `fernfs umount` can wait for the daemon to release it (the image lock) before returning:
-//! when `fernfs umount` returns, the image is closed and consistent.
+//! The mount's `fsname` is the image's canonical path and its type `fuse.fernfs`, so the mount
+//! table names the image and `fernfs umount` can wait for the daemon to release it (the image
+//! lock) before returning: when `fernfs umount` returns, the image is closed and consistent.
+//!
+//! mount(8) reaches it two ways for type `fuse.fernfs` (fstab, `mount -t fuse.fernfs`): as
+//! `mount.fuse.fernfs` / `mount.fernfs` (a symlink to this binary), or through fuse3's
+//! `mount.fuse`, which runs `fernfs SOURCE MOUNTPOINT -o OPTIONS` — both parsed by
+//! [`helper_main`].
 //!
 //! It owns process plumbing only; it must never implement file-system behaviour.
 
@@ -91,6 +97,9 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
         }
         r
     } else {
+        // The daemon's stderr is /dev/null: wait here, announced, for a daemon that is still
+        // unmounting this image (and fail here, naming its mount, if one has it mounted).
+        drop(image::lock(&target)?);
         daemonize(&target, &mp, &opts)
     }
 }
@@ -117,7 +126,11 @@ fn foreground(
     notify: bool,
 ) -> Result<(), CmdError> {
     block_session_signals()?;
-    let image = Image::open(target, opts.cache_size.unwrap_or(DEFAULT_CACHE))?;
+    // The logger first: from here on the daemon's stderr may be /dev/null.
+    let log_place = super::daemon_log::install(opts.log.as_deref())?;
+    let image = Image::open(target, opts.cache_size.unwrap_or(DEFAULT_CACHE)).inspect_err(|e| {
+        log::error!("mount {} on {}: {e}", target.display(), mp.display());
+    })?;
     let fs = image.fs()?;
     opts.fsname = target.display().to_string();
     // The adapter answers the root's `fernfs.stats` xattr from here. A weak handle: the
@@ -130,6 +143,12 @@ fn foreground(
         None => b"{}".to_vec(),
     });
     let ready = || {
+        log::info!(
+            "{} mounted on {} (pid {}; logging to {log_place})",
+            target.display(),
+            mp.display(),
+            std::process::id()
+        );
         if notify {
             let mut out = std::io::stdout();
             let _ = writeln!(out, "ready");
@@ -141,6 +160,11 @@ fn foreground(
     let stopped = fern_fuse::serve(fs, mp, &opts, ready)
         .map_err(|e| CmdError::new(format!("mount {}: {e}", mp.display())));
     let closed = image.close();
+    match (&stopped, &closed) {
+        (Ok(_), Ok(())) => log::info!("{} unmounted; {} closed", mp.display(), target.display()),
+        (Err(e), _) | (_, Err(e)) => log::error!("{}: {e}", mp.display()),
+    }
+    log::logger().flush();
     let stopped = stopped?;
     closed?;
     if !notify {
@@ -206,40 +230,17 @@ fn daemonize(target: &Path, mp: &Path, opts: &MountOptions) -> Result<(), CmdErr
     }
 }
 
-/// The image mounted at `mp`, from /proc/mounts (fsname is the image path).
+/// The image mounted at `mp`, if the topmost mount there is a fernfs one (its source is the
+/// image path). Only the top counts: unmounting by path reaches nothing else.
 pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts.lines().rev().find_map(|l| {
-        let mut f = l.split(' ');
-        let (src, dir, ty) = (f.next()?, f.next()?, f.next()?);
-        // fuser's direct mount(2) reports type "fuse" (the subtype only shows through
-        // fusermount3), so a FUSE mount whose source is an existing file or block device is
-        // taken as ours.
-        let src = PathBuf::from(unescape(src));
-        let ours = ty == "fuse.fernfs"
-            || (ty == "fuse" && (src.is_file() || super::blockdev::is_block_device(&src)));
-        (ours && Path::new(&unescape(dir)) == mp).then_some(src)
-    })
-}
-
-/// /proc/mounts escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let table = fern_fuse::mount_table(None).ok()?;
+    let top = fern_fuse::top_mount(&table, mp)?;
+    let src = PathBuf::from(&top.source);
+    // Mounts made before fern-fuse mounted by itself had type "fuse"; a FUSE mount whose
+    // source is an existing file or block device is taken as ours.
+    let ours = top.fs_type == fern_fuse::FS_TYPE
+        || (top.fs_type == "fuse" && (src.is_file() || super::blockdev::is_block_device(&src)));
+    ours.then_some(src)
 }
 
 /// Runs `fernfs umount`: unmounts, then waits until the daemon has closed the image.
@@ -248,8 +249,12 @@ pub fn umount(args: UmountArgs) -> Result<(), CmdError> {
         .mountpoint
         .canonicalize()
         .map_err(|e| CmdError::new(format!("{}: {e}", args.mountpoint.display())))?;
-    let image = mounted_image(&mp)
-        .ok_or_else(|| CmdError::new(format!("{}: no fernfs mounted there", mp.display())))?;
+    let image = mounted_image(&mp).ok_or_else(|| {
+        CmdError::new(format!(
+            "{}: no fernfs mounted there (or another file system is mounted over it)",
+            mp.display()
+        ))
+    })?;
     let r = if args.lazy {
         fern_fuse::lazy_unmount(&mp)
     } else if nix::unistd::geteuid().is_root() {
@@ -276,14 +281,20 @@ pub fn umount(args: UmountArgs) -> Result<(), CmdError> {
     })
 }
 
-/// The `mount.fernfs` / `mount.fuse.fernfs` helper, when this binary runs under that name:
-/// `mount.fernfs SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS] [-t TYPE]`, as mount(8) calls it.
-/// Returns `None` under any other name.
-pub fn helper_main() -> Option<ExitCode> {
+/// mount(8)'s helper conventions: under the name `mount.fernfs` / `mount.fuse.fernfs`,
+/// `mount.fernfs SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS] [-t TYPE]`; and, as fuse3's
+/// `mount.fuse` runs the program of a `fuse.fernfs` mount, `fernfs SOURCE MOUNTPOINT
+/// [-o OPTIONS]` — taken when the first argument is none of `subcommands` and not a flag.
+/// Returns `None` otherwise.
+pub fn helper_main(subcommands: &[&str]) -> Option<ExitCode> {
     let mut argv = std::env::args_os();
     let arg0 = PathBuf::from(argv.next()?);
-    let name = arg0.file_name()?.to_str()?;
-    if name != "mount.fernfs" && name != "mount.fuse.fernfs" {
+    let name = arg0.file_name()?.to_str()?.to_string();
+    let first = std::env::args_os().nth(1)?;
+    let first = first.to_string_lossy();
+    let by_name = name == "mount.fernfs" || name == "mount.fuse.fernfs";
+    let program_form = !first.starts_with('-') && !subcommands.contains(&first.as_ref());
+    if !by_name && !program_form {
         return None;
     }
     let mut pos = Vec::new();
@@ -329,17 +340,4 @@ pub fn helper_main() -> Option<ExitCode> {
             ExitCode::from(32)
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn proc_mounts_escapes_are_undone() {
-        assert_eq!(unescape(r"/tmp/a\040b"), "/tmp/a b");
-        assert_eq!(unescape(r"/x\134y"), r"/x\y");
-        assert_eq!(unescape("/plain"), "/plain");
-        assert_eq!(unescape(r"/end\04"), r"/end\04");
-    }
 }

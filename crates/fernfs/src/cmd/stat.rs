@@ -18,7 +18,7 @@ use fern_fs::{FileType, InodeId};
 use fern_kv_tree::TreeStore;
 use serde_json::{json, Value};
 
-use super::image::{CmdError, Image, DEFAULT_CACHE};
+use super::image::{Access, CmdError, Image, DEFAULT_CACHE};
 use super::mount::mounted_image;
 
 /// Options of `fernfs stat`.
@@ -106,7 +106,7 @@ pub fn run(args: StatArgs) -> Result<(), CmdError> {
         let engine = figures_of_mount(&target)?;
         (image, walk_mount(&target)?, engine, "mount")
     } else {
-        let img = Image::open(&target, DEFAULT_CACHE)?;
+        let img = Image::open_as(&target, DEFAULT_CACHE, Access::ReadOnly)?;
         let fs = img.fs()?;
         let c = walk_image(&fs)?;
         drop(fs);

@@ -1,0 +1,155 @@
+//! What a test may need from the machine, and the one rule for a test that cannot run here.
+//!
+//! A test that needs root, `/dev/fuse`, an external program or a server calls [`skipped`] with
+//! its requirement and the result of checking it. On a developer's machine without that
+//! requirement the test prints `SKIPPED: …` and returns. Where the requirement is declared
+//! present — CI exports `FERN_REQUIRE_FUSE=1`, `FERN_REQUIRE_TOOLS=1` and `FERN_REQUIRE_ETCD=1`
+//! after installing what they stand for — the same situation is a failure, so a test that should
+//! have run can never be counted as passed. Every skip is also appended to the file named by
+//! `FERN_SKIP_LOG`, which is how `scripts/test` counts skips apart from passes.
+#![deny(unsafe_code)]
+
+use std::fmt::Display;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// A requirement a test can have of the machine; each maps to the variable that declares it
+/// present.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Root and `/dev/fuse` (real mounts, loop devices, other users' credentials).
+    Fuse,
+    /// External programs and kernel features the harness drives (fio, fs_mark, postmark, git,
+    /// the cgroup v1 memory controller).
+    Tools,
+    /// An `etcd` server binary to start on loopback.
+    Etcd,
+}
+
+impl Need {
+    /// The environment variable that, set to `1`, turns a skip into a failure.
+    pub fn variable(self) -> &'static str {
+        match self {
+            Need::Fuse => "FERN_REQUIRE_FUSE",
+            Need::Tools => "FERN_REQUIRE_TOOLS",
+            Need::Etcd => "FERN_REQUIRE_ETCD",
+        }
+    }
+
+    /// Whether this run declared the requirement present.
+    pub fn required(self) -> bool {
+        std::env::var(self.variable()).is_ok_and(|v| v == "1")
+    }
+}
+
+/// `true` when the test must return now because `check` failed and the requirement is optional
+/// here; panics (fails the test) when `check` failed and the run requires `need`.
+///
+/// ```ignore
+/// if fern_testkit::skipped(Need::Fuse, fern_testkit::fuse_available()) {
+///     return;
+/// }
+/// ```
+pub fn skipped<E: Display>(need: Need, check: Result<(), E>) -> bool {
+    let Err(why) = check else {
+        return false;
+    };
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed test>")
+        .to_string();
+    if need.required() {
+        panic!(
+            "{test} cannot run: {why}, but {}=1 says this machine must run it",
+            need.variable()
+        );
+    }
+    eprintln!("SKIPPED: {test}: {why}");
+    if let Ok(log) = std::env::var("FERN_SKIP_LOG") {
+        // One line per skip; appends of one short line from concurrent tests do not interleave.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
+    true
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // Effective uid from /proc avoids a libc dependency; a missing /proc means "not root" here.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether a real FUSE mount can be made: `/dev/fuse` exists, and we are root or have
+/// `fusermount3`.
+pub fn fuse_available() -> Result<(), String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is absent".into());
+    }
+    if !is_root() && !program_available("fusermount3", &["-V"]) {
+        return Err("not root and no fusermount3 (apt-get install fuse3)".into());
+    }
+    Ok(())
+}
+
+/// Like [`fuse_available`], and root as well (tests acting as other users, loop devices).
+pub fn fuse_as_root() -> Result<(), String> {
+    fuse_available()?;
+    if !is_root() {
+        return Err("needs root".into());
+    }
+    Ok(())
+}
+
+/// Whether `program` runs (with `args`, which should make it exit quickly).
+pub fn program_available(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// `Ok` when every program in `programs` runs with `--version`, else which ones are missing.
+pub fn programs(programs: &[&str]) -> Result<(), String> {
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| !program_available(p, &["--version"]))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("missing: {}", missing.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_passing_check_never_skips() {
+        assert!(!skipped::<String>(Need::Tools, Ok(())));
+    }
+
+    #[test]
+    fn a_missing_program_is_reported_by_name() {
+        let err = programs(&["sh", "fern-no-such-program"]).unwrap_err();
+        assert_eq!(err, "missing: fern-no-such-program");
+    }
+}
