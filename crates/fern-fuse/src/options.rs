@@ -393,7 +393,11 @@ mod tests {
             .unwrap();
         assert_eq!(o.log.as_deref(), Some(std::path::Path::new("/tmp/l")));
         assert_eq!(kernel_option("noatime"), None, "parsed as the atime policy");
-        assert_eq!(o.atime.mode, AtimeMode::Relatime, "the last atime option wins");
+        assert_eq!(
+            o.atime.mode,
+            AtimeMode::Relatime,
+            "the last atime option wins"
+        );
         assert_eq!(
             kernel_option("nodev"),
             Some(KernelOption::Set(MsFlags::MS_NODEV))

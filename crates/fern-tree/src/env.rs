@@ -216,8 +216,14 @@ pub(crate) struct Inner {
 /// a 32nd of a fixed-size image if that is less.
 const RECLAIM_AFTER: u64 = 8 << 20;
 
-/// Most rounds (reclaim steps, then two checkpoints) one attempt to make room runs.
+/// Most rounds (reclaim steps, then two checkpoints) one attempt to make room runs, and the
+/// pass at close.
 const ROOM_ROUNDS: usize = 64;
+
+/// Most rounds of one background pass (B13): it runs beside writers, so it stops after a
+/// bounded amount of work (8 rounds of at most 16 nodes); the next deletes ask again, and
+/// close finishes the rest.
+const BACKGROUND_ROUNDS: usize = 8;
 
 /// Most log bytes one [`Inner::release_log_step`] punches: writers wait for one step (a few
 /// milliseconds of `fallocate` at most), not for the whole release.
@@ -1379,17 +1385,17 @@ impl Env {
         let Some(_one) = i.ckpt_lock.try_lock() else {
             return Ok(());
         };
-        self.reclaim_pass()
+        self.reclaim_pass(BACKGROUND_ROUNDS)
     }
 
     /// A background reclamation pass (B13): push every buffered delete down, in rounds that
     /// each end with a checkpoint pair, so the rows' old blocks are released. The caller holds
     /// `ckpt_lock`.
-    fn reclaim_pass(&self) -> Result<()> {
+    fn reclaim_pass(&self, rounds: usize) -> Result<()> {
         if !self.inner.reclaim_wanted.swap(false, Ordering::Relaxed) {
             return Ok(());
         }
-        for _ in 0..ROOM_ROUNDS {
+        for _ in 0..rounds {
             let Some(budget) = self.reclaim_budget() else {
                 break;
             };
@@ -1466,7 +1472,7 @@ fn reclaim_before_close(inner: &Arc<Inner>) -> Result<()> {
     if inner.closed.load(Ordering::SeqCst) {
         return Ok(());
     }
-    env.reclaim_pass()
+    env.reclaim_pass(ROOM_ROUNDS)
 }
 
 /// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
@@ -1500,7 +1506,9 @@ fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
             if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
                 return; // poisoned
             }
-            if env.inner.reclaim_wanted.load(Ordering::Relaxed) && env.reclaim_pass().is_err() {
+            if env.inner.reclaim_wanted.load(Ordering::Relaxed)
+                && env.reclaim_pass(BACKGROUND_ROUNDS).is_err()
+            {
                 return; // poisoned
             }
         });

@@ -142,3 +142,70 @@ fn a_sized_image_never_grows_and_reports_enospc_and_its_capacity() {
     drop(store);
     assert_eq!(len(&img), size);
 }
+
+/// Deleted data gives its space back to the host (issue 12, item 10): after writing 40 MiB,
+/// deleting it all and closing, the image file's allocated blocks fall back near where an
+/// empty image starts — for a sized image and for one that grows.
+#[test]
+fn deleted_data_gives_its_space_back_to_the_host() {
+    use std::os::unix::fs::MetadataExt;
+    for sized in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let img = dir.path().join("x.img");
+        let args: &[&str] = if sized { &["--size", "256M"] } else { &[] };
+        let o = fernfs(args, &img);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let on_disk = || std::fs::metadata(&img).expect("stat").blocks() * 512;
+        let empty = on_disk();
+        let open = || {
+            let store = TreeStore::open(&img, 16 << 20, fern_fs::registry()).expect("open");
+            Arc::new(Fs::mount(Arc::new(store)).expect("mount"))
+        };
+        let close = |fs: Arc<Fs>| {
+            let store = fs.store().clone();
+            drop(fs);
+            drop(store);
+        };
+        let fs = open();
+        let p = PathFs::new(fs.clone(), Cred::root());
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..40 {
+            let data: Vec<u8> = (0..1 << 20)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let f = p
+                .open(
+                    format!("/f{i}").as_bytes(),
+                    OpenOptions::create_write(0o644),
+                )
+                .expect("create");
+            p.write_at(&f, 0, &data).expect("write");
+            p.close(f).expect("close");
+        }
+        drop(p);
+        close(fs);
+        let full = on_disk();
+        assert!(
+            full >= empty + (36 << 20),
+            "sized {sized}: {empty} -> {full}"
+        );
+        let fs = open();
+        let p = PathFs::new(fs.clone(), Cred::root());
+        for i in 0..40 {
+            p.unlink(format!("/f{i}").as_bytes()).expect("unlink");
+        }
+        drop(p);
+        close(fs);
+        close(open());
+        let after = on_disk();
+        assert!(
+            after <= empty + (8 << 20),
+            "sized {sized}: empty {empty}, with 40 MiB {full}, after deleting it {after}"
+        );
+    }
+}

@@ -283,3 +283,31 @@ impl Image {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(e: fern_tree::Error) -> String {
+        open_error(Path::new("img"), &fern_kv_tree::map_error(e)).0
+    }
+
+    #[test]
+    fn only_a_file_without_a_header_is_told_to_run_mkfs() {
+        assert!(msg(fern_tree::Error::NotAnImage).contains("fernfs mkfs"));
+        let full = msg(fern_tree::Error::NoSpace {
+            context: "writing node 7 for a checkpoint".into(),
+        });
+        assert!(!full.contains("mkfs") && full.contains("full"), "{full}");
+        let damaged = msg(fern_tree::Error::corrupt("node 3", "bad"));
+        assert!(
+            !damaged.contains("mkfs") && damaged.contains("fsck"),
+            "{damaged}"
+        );
+        let io = msg(fern_tree::Error::io(
+            "reading the headers",
+            std::io::Error::other("disk gone"),
+        ));
+        assert!(!io.contains("mkfs"), "{io}");
+    }
+}
