@@ -9,7 +9,6 @@ use std::io::Write;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
@@ -72,7 +71,7 @@ impl Log for DaemonLog {
                     let _ = writeln!(
                         f,
                         "{} fernfs[{}] {}: {}",
-                        utc_now(),
+                        super::utc::now(),
                         self.pid,
                         r.level(),
                         r.args()
@@ -100,43 +99,5 @@ impl Log for DaemonLog {
                 let _ = f.flush();
             }
         }
-    }
-}
-
-/// `2026-11-24T22:50:01Z`, without a date crate: days since the epoch to a civil date
-/// (Howard Hinnant's algorithm, proleptic Gregorian).
-fn utc_now() -> String {
-    utc(SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0))
-}
-
-fn utc(secs: u64) -> String {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_dates() {
-        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::utc(1_000_000_000), "2001-09-09T01:46:40Z");
-        assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
     }
 }

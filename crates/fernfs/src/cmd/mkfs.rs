@@ -214,10 +214,8 @@ fn contents(path: &std::path::Path, m: &std::fs::Metadata) -> Result<Option<Stri
     });
     let when = m
         .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| utc(d.as_secs()))
-        .unwrap_or_else(|| "an unknown date".into());
+        .map(super::utc::of)
+        .unwrap_or_else(|_| "an unknown date".into());
     if fernfs {
         return Ok(Some(format!(
             "contains a fernfs file system (last written {when})"
@@ -227,25 +225,6 @@ fn contents(path: &std::path::Path, m: &std::fs::Metadata) -> Result<Option<Stri
         Some(what) => format!("holds a file system or partition table ({what})"),
         None => format!("holds {} bytes of data that is not a fernfs image", m.len()),
     }))
-}
-
-/// `secs` since the epoch as `YYYY-MM-DD HH:MM UTC` (civil date from a day count).
-fn utc(secs: u64) -> String {
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    )
 }
 
 fn finish(args: &MkfsArgs, store: TreeStore) -> Result<(), CmdError> {

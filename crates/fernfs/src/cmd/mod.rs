@@ -1,4 +1,5 @@
-//! One module per subcommand of `fernfs`.
+//! One module per subcommand of `fernfs`, and the pieces they share (image, lock holder,
+//! interrupts, daemon log, block devices, etcd URLs, time stamps).
 
 #[cfg(feature = "bench")]
 pub mod bench;
@@ -13,3 +14,4 @@ pub mod mkfs;
 pub mod mount;
 pub mod stat;
 pub mod transfer;
+pub mod utc;
