@@ -5,22 +5,23 @@
 //! writes the store (the command holds the image lock), and must never destroy a byte that
 //! some name could still reach.
 //!
-//! Invariants (codes as printed):
+//! Invariants (codes as printed; S for the schema, so they are never confused with the
+//! benchmark workloads F1–F12):
 //! * C0 the superblock decodes; `next_id` is above every id in use; the root is a directory
 //!   record.
-//! * F1 every entry decodes and names a live inode of its type (a linked entry, its record);
+//! * S1 every entry decodes and names a live inode of its type (a linked entry, its record);
 //!   every entry's parent is a live directory; no inode has two homes (two inline entries, or
 //!   an inline entry and a record).
-//! * F2 every directory's `fs.dirparent` is the directory its entry is in (the root's is the
+//! * S2 every directory's `fs.dirparent` is the directory its entry is in (the root's is the
 //!   root); every directory is reachable from the root (no cycles); no dirparent for a
 //!   non-directory.
-//! * F3 a non-directory's link count equals the entries naming it.
-//! * F4 a directory's link count is 2 + its subdirectories.
-//! * F5 a symlink's size is its target's length.
-//! * F6 no stored data byte at or beyond the file size (D1), blocks no longer than the block
+//! * S3 a non-directory's link count equals the entries naming it.
+//! * S4 a directory's link count is 2 + its subdirectories.
+//! * S5 a symlink's size is its target's length.
+//! * S6 no stored data byte at or beyond the file size (D1), blocks no longer than the block
 //!   size, data only for regular files; a counted file's stored-block count is its number of
 //!   stored blocks (D2).
-//! * F7 orphan records name unreferenced inodes (a pending orphan — a file unlinked while
+//! * S7 orphan records name unreferenced inodes (a pending orphan — a file unlinked while
 //!   open before a crash — is normal and freed by the next mount); every inode record is
 //!   named, orphaned or the root; no data, xattrs or keys belonging to no inode.
 //!
@@ -56,7 +57,7 @@ pub enum Severity {
 /// One thing the check found.
 #[derive(Clone, Debug)]
 pub struct Finding {
-    /// Invariant code (C0, F1..F7).
+    /// Invariant code (C0, S1..S7).
     pub code: &'static str,
     /// What is wrong, with paths or ids.
     pub message: String,
@@ -537,7 +538,7 @@ fn analyze(s: &Scan) -> Report {
             Err(err) => {
                 undecodable_entries = true;
                 c.push(
-                    "F1",
+                    "S1",
                     ST_STRUCTURE,
                     format!("{}: undecodable ({err})", e.path()),
                     None,
@@ -554,7 +555,7 @@ fn analyze(s: &Scan) -> Report {
             ambiguous.insert(id);
             let names: Vec<String> = idx.iter().map(|&i| s.entries[i].path()).collect();
             c.push(
-                "F1",
+                "S1",
                 ST_STRUCTURE,
                 format!(
                     "inode {id} has more than one home: {}{}",
@@ -599,7 +600,7 @@ fn analyze(s: &Scan) -> Report {
         if let Err(e) = r {
             if *id != root {
                 c.push(
-                    "F7",
+                    "S7",
                     ST_STRUCTURE,
                     format!("inode record {id}: undecodable ({e})"),
                     None,
@@ -625,7 +626,7 @@ fn analyze(s: &Scan) -> Report {
     let lf_target = lf_id.unwrap_or(c.next_free);
     let mut need_lf = false;
 
-    // ---- F1: entries.
+    // ---- S1: entries.
     let mut missing_parents: BTreeMap<u64, usize> = BTreeMap::new();
     for e in &s.entries {
         let Ok(d) = &e.value else { continue };
@@ -633,7 +634,7 @@ fn analyze(s: &Scan) -> Report {
         if e.parent != root && kind_of(e.parent) != Some(FileType::Directory) {
             if home.contains_key(&e.parent) || keep.contains(&e.parent) {
                 c.push(
-                    "F1",
+                    "S1",
                     ST_STRUCTURE,
                     format!("{}: its parent {} is not a directory", e.path(), e.parent),
                     None,
@@ -648,7 +649,7 @@ fn analyze(s: &Scan) -> Report {
             }
             match s.records.get(&id) {
                 None => c.push(
-                    "F1",
+                    "S1",
                     ST_STRUCTURE,
                     if inline.contains_key(&id) {
                         format!("{}: a link to inode {id}, which has no record", e.path())
@@ -665,7 +666,7 @@ fn analyze(s: &Scan) -> Report {
                     let rk = rec.stat.kind().ok();
                     if rk == Some(FileType::Directory) {
                         c.push(
-                            "F1",
+                            "S1",
                             ST_STRUCTURE,
                             format!("{}: a hard link to directory {id}", e.path()),
                             None,
@@ -676,7 +677,7 @@ fn analyze(s: &Scan) -> Report {
                             mode: rec.stat.mode,
                         };
                         c.push(
-                            "F1",
+                            "S1",
                             ST_STRUCTURE,
                             format!(
                                 "{}: says mode {:o}, inode {id} is mode {:o}",
@@ -723,19 +724,19 @@ fn analyze(s: &Scan) -> Report {
             ))
         };
         c.push(
-            "F1",
+            "S1",
             ST_STRUCTURE,
             format!("{n} entries are in directory {p}, which does not exist"),
             fix,
         );
     }
 
-    // ---- F7: orphans and unnamed records.
+    // ---- S7: orphans and unnamed records.
     let named = |id: u64| inline.contains_key(&id) || linked.contains_key(&id);
     for &o in &s.orphans {
         if named(o) {
             c.push(
-                "F7",
+                "S7",
                 ST_STRUCTURE,
                 format!("orphan record for inode {o}, which still has names"),
                 Some((
@@ -747,7 +748,7 @@ fn analyze(s: &Scan) -> Report {
             // An undecodable record: freeing it could be right, but is not provably safe.
         } else if s.records.contains_key(&o) {
             c.push_sev(
-                "F7",
+                "S7",
                 ST_STRUCTURE,
                 Severity::Note,
                 format!(
@@ -757,7 +758,7 @@ fn analyze(s: &Scan) -> Report {
             );
         } else {
             c.push(
-                "F7",
+                "S7",
                 ST_STRUCTURE,
                 format!("orphan record for inode {o}, which has no record"),
                 Some(("free its keys".into(), free_ops(o))),
@@ -806,7 +807,7 @@ fn analyze(s: &Scan) -> Report {
             Some((format!("move it to /lost+found/#{id}"), ops))
         };
         c.push(
-            "F7",
+            "S7",
             ST_STRUCTURE,
             format!(
                 "inode {id} ({} bytes) has a record but no name",
@@ -816,7 +817,7 @@ fn analyze(s: &Scan) -> Report {
         );
     }
 
-    // ---- F2: reachability (cycles). Parent of each directory by its entry.
+    // ---- S2: reachability (cycles). Parent of each directory by its entry.
     let mut dir_parent: HashMap<u64, usize> = HashMap::new();
     for (&id, h) in &home {
         if let Home::Inline(i) = h {
@@ -892,7 +893,7 @@ fn analyze(s: &Scan) -> Report {
             ))
         };
         c.push(
-            "F2",
+            "S2",
             ST_STRUCTURE,
             format!("directories {cycle:?} form a cycle unreachable from the root"),
             fix,
@@ -908,7 +909,7 @@ fn analyze(s: &Scan) -> Report {
             },
         };
         c.push_sev(
-            "F7",
+            "S7",
             ST_LOST_FOUND,
             Severity::Note,
             "/lost+found is needed and missing".into(),
@@ -935,7 +936,7 @@ fn analyze(s: &Scan) -> Report {
         );
     }
 
-    // ---- Counts (F2 dirparent, F3, F4, F5, F6) and leaked keys. Computed only for inodes
+    // ---- Counts (S2 dirparent, S3, S4, S5, S6) and leaked keys. Computed only for inodes
     // with one home; a later round sees them again after structural fixes.
     let mut report = Report {
         entries: s.entries.len() as u64,
@@ -994,7 +995,7 @@ fn analyze(s: &Scan) -> Report {
             let want = 2 + subdirs.get(&id).copied().unwrap_or(0);
             if st.nlink != want {
                 c.push(
-                    "F4",
+                    "S4",
                     ST_COUNTS,
                     format!("directory {id}: link count {}, expected {want}", st.nlink),
                     rewrite(id, &|s| s.nlink = want)
@@ -1013,7 +1014,7 @@ fn analyze(s: &Scan) -> Report {
                     Some(Ok(p)) => format!("{p}"),
                 };
                 c.push(
-                    "F2",
+                    "S2",
                     ST_COUNTS,
                     format!("directory {id}: `..` is {was}, its entry is in {want_parent}"),
                     Some((
@@ -1032,7 +1033,7 @@ fn analyze(s: &Scan) -> Report {
             let want = want as u32;
             if st.nlink != want {
                 c.push(
-                    "F3",
+                    "S3",
                     ST_COUNTS,
                     format!(
                         "inode {id}: link count {}, {want} entries name it",
@@ -1057,7 +1058,7 @@ fn analyze(s: &Scan) -> Report {
             } as u64;
             if st.size != plen {
                 c.push(
-                    "F5",
+                    "S5",
                     ST_COUNTS,
                     format!("symlink {id}: size {}, target of {plen} bytes", st.size),
                     rewrite(id, &|s| s.size = plen)
@@ -1074,7 +1075,7 @@ fn analyze(s: &Scan) -> Report {
         if !live(id) {
             let (lo, hi) = schema::blocks_from(InodeId(id), 0);
             c.push(
-                "F7",
+                "S7",
                 ST_COUNTS,
                 format!(
                     "{} data blocks of inode {id}, which does not exist",
@@ -1094,7 +1095,7 @@ fn analyze(s: &Scan) -> Report {
         if kind != FileType::Regular {
             let (lo, hi) = schema::blocks_from(InodeId(id), 0);
             c.push(
-                "F6",
+                "S6",
                 ST_COUNTS,
                 format!("{} data blocks of inode {id}, a {kind:?}", d.blocks),
                 Some((
@@ -1106,7 +1107,7 @@ fn analyze(s: &Scan) -> Report {
         }
         if !d.bad_blocks.is_empty() {
             c.push(
-                "F6",
+                "S6",
                 ST_COUNTS,
                 format!(
                     "inode {id}: blocks {:?} are empty or longer than the block size {bs}",
@@ -1118,7 +1119,7 @@ fn analyze(s: &Scan) -> Report {
         if d.end > st.size {
             let end = d.end;
             c.push(
-                "F6",
+                "S6",
                 ST_COUNTS,
                 format!("inode {id}: data stored up to byte {end}, size {}", st.size),
                 rewrite(id, &|s| s.size = end).map(|f| {
@@ -1140,7 +1141,7 @@ fn analyze(s: &Scan) -> Report {
         let have = s.data.get(&id).map_or(0, |d| d.blocks);
         if n != have {
             c.push(
-                "F6",
+                "S6",
                 ST_COUNTS,
                 format!("inode {id}: counts {n} stored blocks, has {have}"),
                 rewrite(id, &|st| st.set_stored_blocks(have))
@@ -1152,7 +1153,7 @@ fn analyze(s: &Scan) -> Report {
         if !live(id) {
             let (lo, hi) = schema::id_prefix_range(InodeId(id));
             c.push(
-                "F7",
+                "S7",
                 ST_COUNTS,
                 format!("{n} xattrs of inode {id}, which does not exist"),
                 may_free.then(|| {
@@ -1167,7 +1168,7 @@ fn analyze(s: &Scan) -> Report {
     for &id in s.dirparent.keys() {
         if kind_of(id) != Some(FileType::Directory) && !keep.contains(&id) && id != root {
             c.push(
-                "F2",
+                "S2",
                 ST_COUNTS,
                 format!("`..` record for {id}, which is not a directory"),
                 Some((
@@ -1179,7 +1180,7 @@ fn analyze(s: &Scan) -> Report {
     }
     for (tree, key, what) in &s.bad_keys {
         c.push(
-            "F7",
+            "S7",
             ST_COUNTS,
             format!("{what}: {key:02x?}"),
             Some((

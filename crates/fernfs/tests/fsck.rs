@@ -199,8 +199,8 @@ fn wrong_link_counts_are_set_from_the_entries() {
         );
         patch(kv, "fs.dentry", &root_key(b"d"), NLINK, &9u32.to_be_bytes());
     });
-    let fixed = img.check_repair_clean("F3");
-    assert!(fixed.contains("F4"), "{fixed}");
+    let fixed = img.check_repair_clean("S3");
+    assert!(fixed.contains("S4"), "{fixed}");
     img.with_fs(|p| {
         assert_eq!(p.stat(b"/d/keep").unwrap().nlink, 1);
         assert_eq!(p.stat(b"/d").unwrap().nlink, 3);
@@ -224,7 +224,7 @@ fn hard_link_count_is_repaired_in_the_inode_record() {
             &1u32.to_be_bytes(),
         )
     });
-    img.check_repair_clean("F3");
+    img.check_repair_clean("S3");
     img.with_fs(|p| {
         assert_eq!(p.stat(b"/h1").unwrap().nlink, 2);
         assert_eq!(read(p, b"/d/h2"), b"linked");
@@ -381,7 +381,7 @@ fn size_below_the_stored_data_is_raised() {
             &100u64.to_be_bytes(),
         )
     });
-    img.check_repair_clean("F6");
+    img.check_repair_clean("S6");
 }
 
 /// D2: a stored-block count (st_blocks) that disagrees with the blocks stored is reset.
@@ -423,7 +423,7 @@ fn wrong_dirparent_and_next_id_are_rewritten() {
             2u64.to_be_bytes().to_vec(),
         );
     });
-    let fixed = img.check_repair_clean("F2");
+    let fixed = img.check_repair_clean("S2");
     assert!(fixed.contains("next_id"), "{fixed}");
     // New files get fresh ids, not ones in use.
     img.with_fs(|p| {
