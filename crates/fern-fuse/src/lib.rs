@@ -15,12 +15,20 @@
 
 mod adapter;
 mod convert;
+mod handler;
 mod killpriv;
 mod options;
+mod reply;
 mod session;
+pub mod uring;
 
-pub use adapter::FernFuse;
+pub use adapter::{FernFuse, INIT_FLAGS, OPEN_FLAGS};
+pub use handler::{Classic, Handler, Request};
 pub use options::{parse_size, MountOptions, OptionError, StatsSource, STATS_XATTR};
+pub use reply::{
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+};
 pub use session::{
     block_session_signals, fusermount_unmount, lazy_unmount, serve, Mounted, Stopped,
 };

@@ -8,15 +8,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fern_fs::Fs;
-use fuser::{BackgroundSession, Session};
+use fuser::BackgroundSession;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::FernFuse;
 use crate::options::MountOptions;
+use crate::uring::{Mount, Rings, TransportStatus};
 
 /// A mount served by background threads of this process.
 pub struct Mounted {
     session: Option<BackgroundSession>,
+    rings: Option<Rings>,
+    status: Arc<TransportStatus>,
     fs: Arc<Fs>,
     mountpoint: PathBuf,
 }
@@ -25,13 +28,19 @@ impl Mounted {
     /// Mounts `fs` at `mountpoint`; returns once the kernel has completed the FUSE handshake,
     /// so the mount is usable.
     pub fn spawn(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mounted> {
-        let adapter = FernFuse::new(fs.clone(), opts);
-        let session = Session::new(adapter, mountpoint, &opts.fuser_config())?.spawn()?;
+        let mount = mount(&fs, mountpoint, opts)?;
         Ok(Mounted {
-            session: Some(session),
+            session: Some(mount.session.spawn()?),
+            rings: mount.rings,
+            status: mount.status,
             fs,
             mountpoint: mountpoint.to_path_buf(),
         })
+    }
+
+    /// The transport it uses.
+    pub fn transport(&self) -> &Arc<TransportStatus> {
+        &self.status
     }
 
     /// Where it is mounted.
@@ -44,6 +53,9 @@ impl Mounted {
     pub fn unmount(mut self) -> io::Result<()> {
         if let Some(s) = self.session.take() {
             s.umount_and_join()?;
+        }
+        if let Some(r) = self.rings.take() {
+            r.join();
         }
         self.fs.syncfs().map_err(io::Error::other)
     }
@@ -105,8 +117,9 @@ pub fn serve(
     on_ready: impl FnOnce(),
 ) -> io::Result<Stopped> {
     let set = block_session_signals()?;
-    let adapter = FernFuse::new(fs.clone(), opts);
-    let mut session = Session::new(adapter, mountpoint, &opts.fuser_config())?;
+    let Mount {
+        mut session, rings, ..
+    } = mount(&fs, mountpoint, opts)?;
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
     let sig_fs = fs.clone();
@@ -128,6 +141,9 @@ pub fn serve(
         })?;
     on_ready();
     let run = session.run();
+    if let Some(r) = rings {
+        r.join();
+    }
     // Wake the watcher if the session ended by an unmount (if it already returned, the
     // signal stays pending on a blocked mask and is discarded at exit).
     let _ = nix::sys::signal::kill(nix::unistd::getpid(), Signal::SIGUSR1);
@@ -139,6 +155,22 @@ pub fn serve(
     run?;
     synced?;
     Ok(stopped)
+}
+
+/// Mounts the adapter over `fs` with the transport `opts` asks for; `fernfs.stats` then
+/// reports the transport too.
+fn mount(fs: &Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount<FernFuse>> {
+    let status = TransportStatus::new(opts.transport);
+    let mut opts = opts.clone();
+    opts.stats = crate::uring::stats_with_transport(opts.stats, status.clone());
+    let adapter = FernFuse::new(fs.clone(), &opts);
+    Mount::new(
+        adapter,
+        mountpoint,
+        &opts.fuser_config(),
+        status,
+        opts.max_write,
+    )
 }
 
 /// Detaches the mount now; the kernel finishes it when the last user goes.
