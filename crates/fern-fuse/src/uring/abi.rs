@@ -109,6 +109,9 @@ pub struct InHeader {
 
 impl InHeader {
     pub fn parse(b: &[u8]) -> Option<InHeader> {
+        if b.len() < 40 {
+            return None;
+        }
         let f = Fields(b);
         Some(InHeader {
             opcode: f.u32(4)?,
