@@ -2,13 +2,16 @@
 //! `fuser` crate (pure-Rust mount: the `mount(2)` syscall as root, `fusermount3` otherwise; no
 //! libfuse build dependency).
 //!
-//! * [`FernFuse`]: the request handlers — one fern-fs call and one reply match each.
+//! * [`FernFuse`]: the request handlers — one fern-fs call and one reply match each — behind
+//!   the transport-neutral [`Handler`] trait and its reply types.
+//! * [`uring`]: the transports: fuser's `/dev/fuse` loops ([`Classic`]) and FUSE over
+//!   io_uring (per-CPU ring queues), chosen with `-o transport=`.
 //! * [`MountOptions`]: the `-o` vocabulary and the kernel-caching choices, each documented.
 //! * [`Mounted`] / [`serve`]: running a session, and the shutdown order that keeps every
 //!   acknowledged write.
 //!
-//! Request handling is multi-threaded: fuser 0.18's `Filesystem` takes `&self` and its session
-//! runs `threads` loops on the one `/dev/fuse` channel; fern-fs is `Sync` and does its own
+//! Request handling is multi-threaded: `threads` fuser loops on `/dev/fuse`, plus one ring
+//! queue thread per CPU with the uring transport; fern-fs is `Sync` and does its own
 //! (striped) locking. It must never hold file-system state of its own beyond what a reply needs.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
