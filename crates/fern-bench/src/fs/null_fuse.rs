@@ -795,7 +795,6 @@ fn mount_null(
     let status = fern_fuse::uring::TransportStatus::new(transport);
     let mount = Mount::new(fs, mountpoint, &config, status, opts.max_write)
         .map_err(|e| BenchError::Usage(format!("mount {}: {e}", mountpoint.display())))?;
-    eprintln!("null-fuse transport: {}", mount.status.json());
     Ok((mount, state))
 }
 

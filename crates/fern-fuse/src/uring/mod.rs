@@ -266,11 +266,17 @@ impl<H: Handler> Mount<H> {
             Some(h) => start(&session, h.clone(), max_write, &status)?,
             None => None,
         };
-        log::info!(
+        let line = format!(
             "FUSE transport of {}: {}",
             mountpoint.display(),
             status.json()
         );
+        log::info!("{line}");
+        if status.requested() == Transport::Uring {
+            // The daemons install no logger: a foreground mount says it on stderr, where it
+            // says everything else (a background one answers `fernfs stat`).
+            eprintln!("{line}");
+        }
         Ok(Mount {
             session,
             rings,
