@@ -36,6 +36,8 @@ pub struct MountOptions {
     pub writeback_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
+    /// How requests travel (`transport=dev|uring`; docs/fuse.md, "Transports").
+    pub transport: crate::uring::Transport,
     /// Largest write the kernel sends in one request (`max_write=BYTES`), 1 MiB by default:
     /// a larger write means fewer requests and fewer (bigger) batches in the store.
     pub max_write: u32,
@@ -126,6 +128,7 @@ impl Default for MountOptions {
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups
             // and context switches per request, so 2 is the default; raise it on big machines.
             threads: 2,
+            transport: crate::uring::Transport::Dev,
             max_write: 1 << 20,
             cache_size: None,
             atime: AtimePolicy::default(),
@@ -185,6 +188,12 @@ impl MountOptions {
                     }
                     self.threads = n as usize;
                 }
+                "transport" => {
+                    self.transport = val
+                        .ok_or_else(|| bad("needs a value"))?
+                        .parse()
+                        .map_err(|_| bad("transport must be dev or uring"))?
+                }
                 "max_write" => {
                     let n = num(val)?;
                     if !(4096..=16 << 20).contains(&n) {
@@ -237,6 +246,7 @@ impl MountOptions {
         v.push(format!("entry_timeout={}", self.entry_ttl.as_secs_f64()));
         v.push(format!("attr_timeout={}", self.attr_ttl.as_secs_f64()));
         v.push(format!("threads={}", self.threads));
+        v.push(format!("transport={}", self.transport.name()));
         v.push(format!("max_write={}", self.max_write));
         if let Some(c) = self.cache_size {
             v.push(format!("cache_size={c}"));
