@@ -154,7 +154,14 @@ fn foreground(
             .into_bytes(),
         None => b"{}".to_vec(),
     });
-    let stopped = serve(fs, mp, &opts, notify, &target.display().to_string(), &log_place);
+    let stopped = serve(
+        fs,
+        mp,
+        &opts,
+        notify,
+        &target.display().to_string(),
+        &log_place,
+    );
     let closed = image.close();
     match (&stopped, &closed) {
         (Ok(_), Ok(())) => log::info!("{} unmounted; {} closed", mp.display(), target.display()),
