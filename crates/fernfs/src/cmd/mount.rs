@@ -107,8 +107,11 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
         r
     } else {
         // The daemon's stderr is /dev/null: wait here, announced, for a daemon that is still
-        // unmounting this image (and fail here, naming its mount, if one has it mounted).
-        drop(image::lock(&target)?);
+        // unmounting this image (and fail here, naming its mount, if one has it mounted). An
+        // etcd store has no image file to lock (several mounts of one prefix are allowed).
+        if super::etcd::url(&target).is_none() {
+            drop(image::lock(&target)?);
+        }
         daemonize(&target, &mp, &opts)
     }
 }
