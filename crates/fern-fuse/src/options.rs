@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fern_fs::{AtimeMode, AtimePolicy};
-use fuser::{Config, MountOption, SessionACL};
+use fuser::{Config, SessionACL};
 use nix::mount::MsFlags;
 
 /// How a fernfs mount talks to the kernel.
@@ -285,24 +285,11 @@ impl MountOptions {
         }
     }
 
-    /// The fuser session configuration. fern-fuse mounts by itself (`mount.rs`) and uses only
-    /// the ACL and thread settings of it; the mount options serve `fuser::Session::new` users
-    /// (the benchmarks' null file system), and carry no pass-through options.
+    /// The fuser session configuration: the ACL and the request loops. fern-fuse mounts by
+    /// itself (`mount.rs`) and hands fuser only the descriptor (`Session::from_fd`), on both
+    /// transports and for the benchmarks' null file system too, so no mount options go here.
     pub fn fuser_config(&self) -> Config {
         let mut c = Config::default();
-        let mut o = vec![
-            MountOption::FSName(self.fsname.clone()),
-            MountOption::Subtype("fernfs".into()),
-            if self.read_only {
-                MountOption::RO
-            } else {
-                MountOption::RW
-            },
-        ];
-        if self.default_permissions {
-            o.push(MountOption::DefaultPermissions);
-        }
-        c.mount_options = o;
         c.acl = if self.allow_other {
             SessionACL::All
         } else {
