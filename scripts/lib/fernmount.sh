@@ -36,6 +36,21 @@ fern_setup() {
     "$fernfs" mount "$img" "$mnt"
   fi
   fern_mounted=1
+  fern_check_transport "${1:-}"
+}
+
+# With transport=uring among the options, the mount must really use the rings: a silent
+# fallback to /dev/fuse would test the wrong transport. (Root can switch them on with
+# `echo 1 > /sys/module/fuse/parameters/enable_uring`.)
+fern_check_transport() {
+  case ",$1," in *,transport=uring,*) ;; *) return 0 ;; esac
+  local line
+  line=$("$fernfs" stat "$mnt" | grep '^FUSE transport:' || true)
+  echo "== $line" >&2
+  case "$line" in
+    "FUSE transport:     uring"*) ;;
+    *) fern_skip_or_fail "transport=uring asked for, but the mount does not use it: $line" ;;
+  esac
 }
 
 # Unmounts (waiting for the daemon to close the image) and checks the image with fsck.

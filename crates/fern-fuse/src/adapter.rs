@@ -1,5 +1,5 @@
-//! The FUSE request handlers: [`FernFuse`] implements `fuser::Filesystem` over a shared
-//! [`fern_fs::Fs`]. Each callback is one call into fern-fs and one `match` onto the reply;
+//! The FUSE request handlers: [`FernFuse`] implements the transport-neutral
+//! [`Handler`] over a shared [`fern_fs::Fs`]. Each callback is one call into fern-fs and one `match` onto the reply;
 //! failures become errnos only through `FsError::errno` (see `convert::errno`). It owns the
 //! kernel-facing choices (capabilities, TTLs, open flags) and must never implement file-system
 //! semantics itself: anything more than translating arguments belongs in fern-fs.
@@ -35,15 +35,18 @@ use std::time::{Duration, SystemTime};
 use fern_fs::perm::Cred;
 use fern_fs::{Fh, Fs, FsError, InodeId, SetAttr};
 use fuser::{
-    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, TimeOrNow, WriteFlags,
 };
 
 use crate::convert::{errno, file_attr, kind, open_flags, time_set, timespec};
+use crate::handler::{Handler, Request};
 use crate::killpriv::{self, KillPriv};
 use crate::options::{MountOptions, StatsSource, STATS_XATTR};
+use crate::reply::{
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+};
 
 /// Generation of every inode (ids are never reused).
 const GEN: Generation = Generation(0);
@@ -109,9 +112,18 @@ fn name(n: &OsStr) -> &[u8] {
 /// * NOFLUSH: no FLUSH request at close(2) — `flush` has nothing to do (fern-fs buffers
 ///   nothing per handle, and locks are the kernel's), so this saves a round trip per close.
 ///   The kernel still flushes dirty pages itself under the writeback cache.
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+pub const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
-impl Filesystem for FernFuse {
+/// The capabilities asked for in INIT, each only if the kernel offers it (see `init`);
+/// null-fuse asks for the same. `init` adds POSIX_ACL + DONT_MASK (with
+/// `default_permissions`) and WRITEBACK_CACHE (when asked for) per mount.
+pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
+    .union(InitFlags::FUSE_DO_READDIRPLUS)
+    .union(InitFlags::FUSE_READDIRPLUS_AUTO)
+    .union(InitFlags::FUSE_CACHE_SYMLINKS)
+    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+
+impl Handler for FernFuse {
     /// Capabilities, each requested only if the kernel offers it:
     /// * PARALLEL_DIROPS: lookups and readdirs in one directory run concurrently (fern-fs
     ///   serializes on its own stripe locks where it must).
@@ -138,11 +150,7 @@ impl Filesystem for FernFuse {
     /// * WRITEBACK_CACHE, only with `-o writeback_cache` (see `MountOptions`).
     /// * max_write 1 MiB (with MAX_PAGES, which fuser requests when offered).
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        let mut wanted = INIT_FLAGS;
         if self.writeback {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -165,13 +173,13 @@ impl Filesystem for FernFuse {
     }
 
     /// Unmount: make everything acknowledged durable before the session ends.
-    fn destroy(&mut self) {
+    fn destroy(&self) {
         if let Err(e) = self.fs.syncfs() {
             log::error!("sync at unmount failed: {e}");
         }
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry<'_>) {
         match self.fs.lookup(ino(parent), name(n)) {
             Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
             Err(e) => reply.error(errno(&e)),
@@ -182,7 +190,7 @@ impl Filesystem for FernFuse {
         self.fs.forget(ino(i), nlookup);
     }
 
-    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr<'_>) {
         match self.fs.getattr(ino(i)) {
             Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -207,7 +215,7 @@ impl Filesystem for FernFuse {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
+        reply: ReplyAttr<'_>,
     ) {
         let sa = SetAttr {
             mode,
@@ -230,7 +238,7 @@ impl Filesystem for FernFuse {
         }
     }
 
-    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData<'_>) {
         match self.fs.readlink(ino(i)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
@@ -247,7 +255,7 @@ impl Filesystem for FernFuse {
         mode: u32,
         umask: u32,
         rdev: u32,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         let who = creator(req, umask);
         match self
@@ -266,7 +274,7 @@ impl Filesystem for FernFuse {
         n: &OsStr,
         mode: u32,
         umask: u32,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         match self
             .fs
@@ -277,14 +285,14 @@ impl Filesystem for FernFuse {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
         match self.fs.unlink(ino(parent), name(n)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
         match self.fs.rmdir(ino(parent), name(n)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -297,7 +305,7 @@ impl Filesystem for FernFuse {
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         let target = target.as_os_str().as_bytes();
         match self
@@ -319,7 +327,7 @@ impl Filesystem for FernFuse {
         newparent: INodeNo,
         newname: &OsStr,
         flags: RenameFlags,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         match self.fs.rename_as(
             &cred(req),
@@ -340,7 +348,7 @@ impl Filesystem for FernFuse {
         i: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         match self.fs.link(ino(i), ino(newparent), name(newname)) {
             Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
@@ -350,7 +358,7 @@ impl Filesystem for FernFuse {
 
     /// Opened on behalf of the caller: writes and O_TRUNC through a handle a non-root caller
     /// opened clear set-id bits inside fern-fs's blind stat upsert (KILLPRIV_V2).
-    fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen<'_>) {
         let of = open_flags(flags.0, self.writeback);
         match self.fs.open_as(&cred(req), ino(i), of) {
             Ok(h) => {
@@ -372,7 +380,7 @@ impl Filesystem for FernFuse {
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
+        reply: ReplyData<'_>,
     ) {
         match self.fs.read(ino(i), offset, size) {
             Ok(d) => reply.data(&d),
@@ -390,7 +398,7 @@ impl Filesystem for FernFuse {
         write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
+        reply: ReplyWrite<'_>,
     ) {
         // max_write (<= 16 MiB) bounds `data`, so the count fits in u32.
         match self.fs.write(fh(f), offset, data) {
@@ -411,7 +419,7 @@ impl Filesystem for FernFuse {
         _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         reply.ok();
     }
@@ -424,7 +432,7 @@ impl Filesystem for FernFuse {
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         self.killpriv.forget(fh(f));
         match self.fs.release(fh(f)) {
@@ -439,7 +447,7 @@ impl Filesystem for FernFuse {
         i: INodeNo,
         _fh: FileHandle,
         datasync: bool,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         match self.fs.fsync(ino(i), datasync) {
             Ok(()) => reply.ok(),
@@ -447,7 +455,7 @@ impl Filesystem for FernFuse {
         }
     }
 
-    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen<'_>) {
         match self.fs.opendir(ino(i)) {
             Ok(h) => reply.opened(FileHandle(h.0), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
@@ -463,7 +471,7 @@ impl Filesystem for FernFuse {
         i: INodeNo,
         f: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        mut reply: ReplyDirectory<'_>,
     ) {
         let dir = ino(i);
         if offset < 1 && reply.add(i, 1, fuser::FileType::Directory, ".") {
@@ -499,7 +507,7 @@ impl Filesystem for FernFuse {
         i: INodeNo,
         f: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        mut reply: ReplyDirectoryPlus<'_>,
     ) {
         let dir = ino(i);
         for (off, n) in [(1u64, "."), (2, "..")] {
@@ -545,7 +553,7 @@ impl Filesystem for FernFuse {
         _ino: INodeNo,
         f: FileHandle,
         _flags: OpenFlags,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         match self.fs.releasedir(fh(f)) {
             Ok(()) => reply.ok(),
@@ -559,7 +567,7 @@ impl Filesystem for FernFuse {
         i: INodeNo,
         _fh: FileHandle,
         datasync: bool,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         match self.fs.fsync(ino(i), datasync) {
             Ok(()) => reply.ok(),
@@ -567,7 +575,7 @@ impl Filesystem for FernFuse {
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs<'_>) {
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -584,7 +592,7 @@ impl Filesystem for FernFuse {
         value: &[u8],
         flags: i32,
         _position: u32,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         if is_stats_xattr(i, n) {
             return reply.error(libc_eperm());
@@ -599,7 +607,7 @@ impl Filesystem for FernFuse {
     /// virtual `fernfs.stats` is answered here, from the daemon's engine (see docs/fuse.md);
     /// it is computed afresh for each request, so a reader asks with a large buffer at once
     /// rather than size-then-value (the two answers could differ in length).
-    fn getxattr(&self, _req: &Request, i: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, _req: &Request, i: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr<'_>) {
         if is_stats_xattr(i, n) {
             return match self.stats.get() {
                 Some(v) => xattr_reply(reply, &v, size),
@@ -612,7 +620,7 @@ impl Filesystem for FernFuse {
         }
     }
 
-    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr<'_>) {
         match self.fs.listxattr(ino(i)) {
             Ok(names) => {
                 let mut buf = Vec::new();
@@ -626,7 +634,7 @@ impl Filesystem for FernFuse {
         }
     }
 
-    fn removexattr(&self, _req: &Request, i: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, _req: &Request, i: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
         if is_stats_xattr(i, n) {
             return reply.error(libc_eperm());
         }
@@ -637,7 +645,7 @@ impl Filesystem for FernFuse {
     }
 
     /// Only sent without default_permissions (access(2), and execve's checks): mode and ACL.
-    fn access(&self, req: &Request, i: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, req: &Request, i: INodeNo, mask: AccessFlags, reply: ReplyEmpty<'_>) {
         match self.fs.access(&cred(req), ino(i), mask.bits() as u32 & 7) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -652,7 +660,7 @@ impl Filesystem for FernFuse {
         mode: u32,
         umask: u32,
         flags: i32,
-        reply: ReplyCreate,
+        reply: ReplyCreate<'_>,
     ) {
         let of = open_flags(flags, self.writeback);
         let who = creator(req, umask);
@@ -681,7 +689,7 @@ impl Filesystem for FernFuse {
         offset: u64,
         length: u64,
         mode: i32,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         match self.fs.fallocate(ino(i), mode as u32, offset, length) {
             Ok(()) => {
@@ -704,7 +712,7 @@ fn libc_eperm() -> fuser::Errno {
     errno(&FsError::Perm)
 }
 
-fn xattr_reply(reply: ReplyXattr, v: &[u8], size: u32) {
+fn xattr_reply(reply: ReplyXattr<'_>, v: &[u8], size: u32) {
     if size == 0 {
         reply.size(v.len() as u32);
     } else if v.len() > size as usize {

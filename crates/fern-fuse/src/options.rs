@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fern_fs::{AtimeMode, AtimePolicy};
-use fuser::{Config, MountOption, SessionACL};
+use fuser::{Config, SessionACL};
 use nix::mount::MsFlags;
 
 /// How a fernfs mount talks to the kernel.
@@ -36,6 +36,8 @@ pub struct MountOptions {
     pub writeback_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
+    /// How requests travel (`transport=dev|uring`; docs/fuse.md, "Transports").
+    pub transport: crate::uring::Transport,
     /// Largest write the kernel sends in one request (`max_write=BYTES`), 1 MiB by default:
     /// a larger write means fewer requests and fewer (bigger) batches in the store.
     pub max_write: u32,
@@ -126,6 +128,7 @@ impl Default for MountOptions {
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups
             // and context switches per request, so 2 is the default; raise it on big machines.
             threads: 2,
+            transport: crate::uring::Transport::Dev,
             max_write: 1 << 20,
             cache_size: None,
             atime: AtimePolicy::default(),
@@ -185,6 +188,12 @@ impl MountOptions {
                     }
                     self.threads = n as usize;
                 }
+                "transport" => {
+                    self.transport = val
+                        .ok_or_else(|| bad("needs a value"))?
+                        .parse()
+                        .map_err(|_| bad("transport must be dev or uring"))?
+                }
                 "max_write" => {
                     let n = num(val)?;
                     if !(4096..=16 << 20).contains(&n) {
@@ -237,6 +246,7 @@ impl MountOptions {
         v.push(format!("entry_timeout={}", self.entry_ttl.as_secs_f64()));
         v.push(format!("attr_timeout={}", self.attr_ttl.as_secs_f64()));
         v.push(format!("threads={}", self.threads));
+        v.push(format!("transport={}", self.transport.name()));
         v.push(format!("max_write={}", self.max_write));
         if let Some(c) = self.cache_size {
             v.push(format!("cache_size={c}"));
@@ -275,24 +285,11 @@ impl MountOptions {
         }
     }
 
-    /// The fuser session configuration. fern-fuse mounts by itself (`mount.rs`) and uses only
-    /// the ACL and thread settings of it; the mount options serve `fuser::Session::new` users
-    /// (the benchmarks' null file system), and carry no pass-through options.
+    /// The fuser session configuration: the ACL and the request loops. fern-fuse mounts by
+    /// itself (`mount.rs`) and hands fuser only the descriptor (`Session::from_fd`), on both
+    /// transports and for the benchmarks' null file system too, so no mount options go here.
     pub fn fuser_config(&self) -> Config {
         let mut c = Config::default();
-        let mut o = vec![
-            MountOption::FSName(self.fsname.clone()),
-            MountOption::Subtype("fernfs".into()),
-            if self.read_only {
-                MountOption::RO
-            } else {
-                MountOption::RW
-            },
-        ];
-        if self.default_permissions {
-            o.push(MountOption::DefaultPermissions);
-        }
-        c.mount_options = o;
         c.acl = if self.allow_other {
             SessionACL::All
         } else {

@@ -9,49 +9,51 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fern_fs::Fs;
-use fuser::{BackgroundSession, Session};
+use fuser::BackgroundSession;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::FernFuse;
 use crate::mount::{KernelMount, Unmounted};
 use crate::options::MountOptions;
+use crate::uring::{Mount, Rings, TransportStatus};
 
 /// A mount served by background threads of this process.
 pub struct Mounted {
     session: Option<BackgroundSession>,
+    rings: Option<Rings>,
+    status: Arc<TransportStatus>,
     fs: Arc<Fs>,
     mount: KernelMount,
 }
 
-/// Mounts (see `mount.rs`) and starts a session on the new connection; fuser never owns the
-/// mount, so it never unmounts anything. If the handshake fails, our mount is detached.
-fn start(
-    fs: &Arc<Fs>,
-    mountpoint: &Path,
-    opts: &MountOptions,
-) -> io::Result<(Session<FernFuse>, KernelMount)> {
-    let (fd, mount) = KernelMount::mount(mountpoint, opts)?;
-    let config = opts.fuser_config();
-    let acl = config.acl;
-    match Session::from_fd(FernFuse::new(fs.clone(), opts), fd, acl, config) {
-        Ok(s) => Ok((s, mount)),
-        Err(e) => {
-            let _ = mount.unmount(true);
-            Err(e)
-        }
-    }
+/// Mounts the adapter over `fs` with the transport `opts` asks for (`uring::Mount`: our own
+/// kernel mount, fuser's session on its descriptor, then the ring queues if negotiated);
+/// fuser never owns the mount, so it never unmounts anything. `fernfs.stats` then reports
+/// the transport too.
+fn start(fs: &Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount<FernFuse>> {
+    let status = TransportStatus::new(opts.transport);
+    let mut opts = opts.clone();
+    opts.stats = crate::uring::stats_with_transport(opts.stats, status.clone());
+    Mount::new(FernFuse::new(fs.clone(), &opts), mountpoint, &opts, status)
 }
 
 impl Mounted {
     /// Mounts `fs` at `mountpoint`; returns once the kernel has completed the FUSE handshake,
     /// so the mount is usable.
     pub fn spawn(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mounted> {
-        let (session, mount) = start(&fs, mountpoint, opts)?;
+        let m = start(&fs, mountpoint, opts)?;
         Ok(Mounted {
-            session: Some(session.spawn()?),
+            session: Some(m.session.spawn()?),
+            rings: m.rings,
+            status: m.status,
             fs,
-            mount,
+            mount: m.kernel,
         })
+    }
+
+    /// The transport it uses.
+    pub fn transport(&self) -> &Arc<TransportStatus> {
+        &self.status
     }
 
     /// Where it is mounted.
@@ -77,6 +79,9 @@ impl Mounted {
         if let Some(s) = self.session.take() {
             s.join()?;
         }
+        if let Some(r) = self.rings.take() {
+            r.join();
+        }
         self.fs.syncfs().map_err(io::Error::other)
     }
 }
@@ -91,6 +96,9 @@ impl Drop for Mounted {
                 Ok(Unmounted::Done | Unmounted::Gone)
             ) {
                 let _ = s.join();
+                if let Some(r) = self.rings.take() {
+                    r.join();
+                }
             } else {
                 let _ = self.mount.unmount(true);
             }
@@ -145,7 +153,12 @@ pub fn serve(
     on_ready: impl FnOnce(),
 ) -> io::Result<Stopped> {
     let set = block_session_signals()?;
-    let (session, mount) = start(&fs, mountpoint, opts)?;
+    let Mount {
+        session,
+        rings,
+        kernel: mount,
+        ..
+    } = start(&fs, mountpoint, opts)?;
     let mount = Arc::new(mount);
     let sig_mount = mount.clone();
     let sig_fs = fs.clone();
@@ -192,6 +205,10 @@ pub fn serve(
     // is still there and ours (after an unmount it is Gone and nothing is touched).
     if run.is_err() {
         let _ = mount.unmount(true);
+    }
+    // The ring queues end when the kernel ends their entries, at the end of the connection.
+    if let Some(r) = rings {
+        r.join();
     }
     let synced = fs.syncfs().map_err(io::Error::other);
     run?;

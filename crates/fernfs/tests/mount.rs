@@ -342,6 +342,47 @@ fn unmounting_fernfs_leaves_what_is_mounted_beneath_alone() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
+    unmount_safety("dev");
+}
+
+/// The same over FUSE-over-io_uring: the rings serve the connection of fern-fuse's own mount,
+/// so nothing but that mount is unmounted on this transport either. Needs root (to switch on
+/// `enable_uring`) and a kernel with CONFIG_FUSE_IO_URING.
+#[test]
+fn unmounting_fernfs_over_io_uring_leaves_what_is_mounted_beneath_alone() {
+    use fern_fuse::uring::ENABLE_URING;
+    if skipped(Need::Fuse, fern_testkit::fuse_as_root()) {
+        return;
+    }
+    let was = match fs::read_to_string(ENABLE_URING) {
+        Ok(w) => w,
+        Err(e) => {
+            let why = format!("{ENABLE_URING}: {e} (kernel without CONFIG_FUSE_IO_URING)");
+            skipped(Need::Fuse, Err(why));
+            return;
+        }
+    };
+    if let Err(e) = fs::write(ENABLE_URING, "1") {
+        skipped(
+            Need::Fuse,
+            Err(format!("cannot switch on {ENABLE_URING}: {e}")),
+        );
+        return;
+    }
+    // Put the parameter back as it was, whatever happens.
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let on = matches!(self.0.trim(), "Y" | "1");
+            let _ = fs::write(fern_fuse::uring::ENABLE_URING, if on { "1" } else { "0" });
+        }
+    }
+    let _restore = Restore(was);
+    unmount_safety("uring");
+}
+
+/// The body of the two tests above, with `-o transport=TRANSPORT` on every mount.
+fn unmount_safety(transport: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let (x, y) = (tmp.path().join("x.img"), tmp.path().join("y.img"));
     let mnt = tmp.path().join("mnt");
@@ -366,8 +407,15 @@ fn unmounting_fernfs_leaves_what_is_mounted_beneath_alone() {
         );
         assert_eq!(fs::read(mnt.join("f")).unwrap(), b"keep", "{when}");
     };
+    let opt = format!("transport={transport}");
     let mount = |img: &Path| {
-        ok(&["mount".as_ref(), img.as_os_str(), m]);
+        ok(&[
+            "mount".as_ref(),
+            img.as_os_str(),
+            m,
+            "-o".as_ref(),
+            opt.as_ref(),
+        ]);
         daemon_pid(img).expect("daemon pid")
     };
     let gone = |pid: i32, when: &str| {
@@ -383,6 +431,11 @@ fn unmounting_fernfs_leaves_what_is_mounted_beneath_alone() {
         top(&mnt),
         fernfs_top(&xs),
         "the mount's type is fuse.fernfs"
+    );
+    let stat = String::from_utf8_lossy(&ok(&["stat".as_ref(), m]).stdout).into_owned();
+    assert!(
+        stat.contains(&format!("FUSE transport:     {transport} ")),
+        "the mount must use transport {transport}: {stat}"
     );
     plain_umount(&mnt);
     gone(pid, "umount");

@@ -41,10 +41,12 @@ pub enum Daemon {
         /// `-o` options.
         options: String,
     },
-    /// `fernfs bench null-fuse MP --state FILE`.
+    /// `fernfs bench null-fuse MP --state FILE --transport T`.
     Null {
         /// Where the daemon keeps its namespace between mounts.
         state: PathBuf,
+        /// Its FUSE transport.
+        transport: fern_fuse::uring::Transport,
     },
 }
 
@@ -79,8 +81,15 @@ fn run_tool(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<()> {
     Ok(())
 }
 
-/// Whether a FUSE mount can be made here, or why not.
+/// Whether a FUSE mount of `system` can be made here, or why not (for a uring system, also
+/// whether the kernel allows FUSE over io_uring: a silent fallback would measure /dev/fuse
+/// under the uring name).
 pub fn fuse_unavailable(system: &str) -> Option<String> {
+    if system.ends_with("-uring") {
+        if let Err(why) = fern_fuse::uring::uring_enabled() {
+            return Some(format!("{system} skipped: {why}"));
+        }
+    }
     if !Path::new("/dev/fuse").exists() {
         return Some(format!("{system} skipped: no /dev/fuse (modprobe fuse)"));
     }
@@ -94,13 +103,19 @@ pub fn fuse_unavailable(system: &str) -> Option<String> {
 
 impl FuseMount {
     /// `fernfs mkfs image` with defaults, then mounts it on `mountpoint` (created).
-    pub fn fernfs(exe: &Path, image: &Path, mountpoint: &Path, cache_bytes: u64) -> Result<Self> {
+    pub fn fernfs(
+        exe: &Path,
+        image: &Path,
+        mountpoint: &Path,
+        cache_bytes: u64,
+        transport: fern_fuse::uring::Transport,
+    ) -> Result<Self> {
         run_tool(exe, &["mkfs".as_ref(), image.as_os_str()])?;
         Self::start(
             exe,
             Daemon::Fernfs {
                 image: image.to_path_buf(),
-                options: format!("cache_size={cache_bytes}"),
+                options: format!("cache_size={cache_bytes},transport={}", transport.name()),
             },
             mountpoint,
         )
@@ -108,12 +123,18 @@ impl FuseMount {
 
     /// The null FUSE file system on `mountpoint` (created), its namespace kept in `state`
     /// between mounts.
-    pub fn null(exe: &Path, state: &Path, mountpoint: &Path) -> Result<Self> {
+    pub fn null(
+        exe: &Path,
+        state: &Path,
+        mountpoint: &Path,
+        transport: fern_fuse::uring::Transport,
+    ) -> Result<Self> {
         let _ = std::fs::remove_file(state);
         Self::start(
             exe,
             Daemon::Null {
                 state: state.to_path_buf(),
+                transport,
             },
             mountpoint,
         )
@@ -144,11 +165,12 @@ impl FuseMount {
                     .arg(options)
                     .env(NOTIFY_ENV, "1");
             }
-            Daemon::Null { state } => {
+            Daemon::Null { state, transport } => {
                 cmd.args(["bench", "null-fuse"])
                     .arg(&self.mountpoint)
                     .arg("--state")
-                    .arg(state);
+                    .arg(state)
+                    .args(["--transport", transport.name()]);
             }
         }
         let mut child = cmd

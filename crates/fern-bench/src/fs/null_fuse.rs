@@ -12,10 +12,13 @@
 //! Honesty: it is mounted with fern-fuse's own [`fern_fuse::MountOptions`] defaults (mount
 //! options, request threads, cloned descriptors, entry/attr TTLs, max_write), asks for the same
 //! init capabilities (parallel dirops, readdirplus auto, cached symlinks, HANDLE_KILLPRIV_V2;
-//! not ATOMIC_O_TRUNC) and opens files with the same flags (KEEP_CACHE, NOFLUSH) as the fernfs
+//! not ATOMIC_O_TRUNC; not POSIX_ACL, as it keeps no ACLs) and opens files with the same flags (KEEP_CACHE, NOFLUSH) as the fernfs
 //! adapter, so the kernel caches and round-trips exactly as much for it as for a fernfs mount.
-//! When fern-fuse's choices change, these must follow (they are copied, not shared: the
-//! adapter does not export them).
+//! Both are fern-fuse's own constants (`fern_fuse::INIT_FLAGS`, `fern_fuse::OPEN_FLAGS`), so
+//! they cannot drift apart. It runs on either transport (`-o transport=` of fernfs; here the
+//! `--transport` of `fernfs bench null-fuse`), through the same fern-fuse code as fernfs.
+//! It is mounted the way fernfs is (fern-fuse's `KernelMount`: type `fuse.fernfs`, source
+//! `null-fuse`), so it too unmounts only its own mount.
 //!
 //! Between mounts (a benchmark's cold phase) the namespace is written to a state file at
 //! unmount and read back at mount, outside every timed region: it plays the part of the disk.
@@ -28,19 +31,22 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fern_fuse::uring::{Mount, Transport};
+use fern_fuse::{
+    Handler, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+};
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::{BenchError, Result};
 
-/// The open flags of fern-fuse's adapter (see its `OPEN_FLAGS`).
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+/// fern-fuse's open flags, so the kernel caches exactly as for a fernfs mount.
+const OPEN_FLAGS: FopenFlags = fern_fuse::OPEN_FLAGS;
 const ROOT: u64 = 1;
 
 /// One inode: attributes only.
@@ -263,24 +269,19 @@ fn bytes(n: &OsStr) -> &[u8] {
     n.as_bytes()
 }
 
-impl Filesystem for NullFs {
-    /// The same capabilities fern-fuse's adapter asks for (without writeback cache, its
+impl Handler for NullFs {
+    /// fern-fuse's capabilities (`fern_fuse::INIT_FLAGS`; without writeback cache, its
     /// default), each only if the kernel offers it. KILLPRIV_V2 matters for writes: without it
     /// the kernel asks for `security.capability` before every write, one more round trip.
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
-        let _ = config.add_capabilities(wanted & config.capabilities());
+        let _ = config.add_capabilities(fern_fuse::INIT_FLAGS & config.capabilities());
         if let Err(nearest) = config.set_max_write(self.max_write) {
             let _ = config.set_max_write(nearest);
         }
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry<'_>) {
         let s = self.state.lock();
         match s.child(parent.0, bytes(n)).map(|i| s.attr(i)) {
             Ok(Some(a)) => reply.entry(&self.entry_ttl, &a, GEN),
@@ -289,7 +290,7 @@ impl Filesystem for NullFs {
         }
     }
 
-    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr<'_>) {
         match self.state.lock().attr(i.0) {
             Some(a) => reply.attr(&self.attr_ttl, &a),
             None => reply.error(Errno::ENOENT),
@@ -312,7 +313,7 @@ impl Filesystem for NullFs {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
+        reply: ReplyAttr<'_>,
     ) {
         let mut s = self.state.lock();
         let Some(n) = s.nodes.get_mut(&i.0) else {
@@ -347,7 +348,7 @@ impl Filesystem for NullFs {
         }
     }
 
-    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData<'_>) {
         match self
             .state
             .lock()
@@ -368,7 +369,7 @@ impl Filesystem for NullFs {
         mode: u32,
         _umask: u32,
         _rdev: u32,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         let node = Node::new(
             false,
@@ -390,7 +391,7 @@ impl Filesystem for NullFs {
         n: &OsStr,
         mode: u32,
         _umask: u32,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         let node = Node::new(true, (mode & 0o7777) as u16, parent.0, req.uid(), req.gid());
         match self.state.lock().add(parent.0, bytes(n), node) {
@@ -399,14 +400,14 @@ impl Filesystem for NullFs {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
         match self.state.lock().remove(parent.0, bytes(n), false) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
         match self.state.lock().remove(parent.0, bytes(n), true) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -419,7 +420,7 @@ impl Filesystem for NullFs {
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         let mut node = Node::new(false, 0o777, parent.0, req.uid(), req.gid());
         node.symlink = Some(target.as_os_str().as_bytes().to_vec());
@@ -439,7 +440,7 @@ impl Filesystem for NullFs {
         newparent: INodeNo,
         newname: &OsStr,
         _flags: RenameFlags,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         let mut s = self.state.lock();
         let r = (|| {
@@ -490,14 +491,14 @@ impl Filesystem for NullFs {
         _i: INodeNo,
         _newparent: INodeNo,
         _newname: &OsStr,
-        reply: ReplyEntry,
+        reply: ReplyEntry<'_>,
     ) {
         // Hard links need a link count per name; no workload makes one.
         reply.error(Errno::EPERM);
     }
 
     /// Without ATOMIC_O_TRUNC the kernel truncates with a SETATTR of its own.
-    fn open(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen<'_>) {
         match self.state.lock().nodes.get(&i.0) {
             Some(_) => reply.opened(FileHandle(0), OPEN_FLAGS),
             None => reply.error(Errno::ENOENT),
@@ -514,7 +515,7 @@ impl Filesystem for NullFs {
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
+        reply: ReplyData<'_>,
     ) {
         let len = match self.state.lock().nodes.get(&i.0) {
             Some(n) => n.size.saturating_sub(offset).min(u64::from(size)) as usize,
@@ -534,7 +535,7 @@ impl Filesystem for NullFs {
         _write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
+        reply: ReplyWrite<'_>,
     ) {
         let mut s = self.state.lock();
         match s.nodes.get_mut(&i.0) {
@@ -555,7 +556,7 @@ impl Filesystem for NullFs {
         _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         reply.ok();
     }
@@ -568,16 +569,23 @@ impl Filesystem for NullFs {
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _i: INodeNo, _fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _i: INodeNo,
+        _fh: FileHandle,
+        _ds: bool,
+        reply: ReplyEmpty<'_>,
+    ) {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen<'_>) {
         match self.state.lock().nodes.get(&i.0) {
             Some(n) if n.dir => reply.opened(FileHandle(0), FopenFlags::empty()),
             Some(_) => reply.error(Errno::ENOTDIR),
@@ -593,7 +601,7 @@ impl Filesystem for NullFs {
         i: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        mut reply: ReplyDirectory<'_>,
     ) {
         let s = self.state.lock();
         let Some(d) = s.nodes.get(&i.0) else {
@@ -626,7 +634,7 @@ impl Filesystem for NullFs {
         i: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        mut reply: ReplyDirectoryPlus<'_>,
     ) {
         let s = self.state.lock();
         let Some(d) = s.nodes.get(&i.0) else {
@@ -661,16 +669,23 @@ impl Filesystem for NullFs {
         _ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _i: INodeNo, _fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _i: INodeNo,
+        _fh: FileHandle,
+        _ds: bool,
+        reply: ReplyEmpty<'_>,
+    ) {
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs<'_>) {
         let files = self.state.lock().nodes.len() as u64;
         reply.statfs(1 << 30, 1 << 30, 1 << 30, files, 1 << 30, 4096, 255, 4096);
     }
@@ -683,16 +698,16 @@ impl Filesystem for NullFs {
         _value: &[u8],
         _flags: i32,
         _position: u32,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         reply.ok();
     }
 
-    fn getxattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, _size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, _size: u32, reply: ReplyXattr<'_>) {
         reply.error(Errno::NO_XATTR);
     }
 
-    fn listxattr(&self, _req: &Request, _i: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, _req: &Request, _i: INodeNo, size: u32, reply: ReplyXattr<'_>) {
         if size == 0 {
             reply.size(0)
         } else {
@@ -700,11 +715,11 @@ impl Filesystem for NullFs {
         }
     }
 
-    fn removexattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, reply: ReplyEmpty<'_>) {
         reply.error(Errno::NO_XATTR);
     }
 
-    fn access(&self, _req: &Request, _i: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, _req: &Request, _i: INodeNo, _mask: AccessFlags, reply: ReplyEmpty<'_>) {
         reply.ok();
     }
 
@@ -716,7 +731,7 @@ impl Filesystem for NullFs {
         mode: u32,
         _umask: u32,
         _flags: i32,
-        reply: ReplyCreate,
+        reply: ReplyCreate<'_>,
     ) {
         let node = Node::new(
             false,
@@ -739,7 +754,7 @@ impl Filesystem for NullFs {
         offset: u64,
         length: u64,
         mode: i32,
-        reply: ReplyEmpty,
+        reply: ReplyEmpty<'_>,
     ) {
         let mut s = self.state.lock();
         match s.nodes.get_mut(&i.0) {
@@ -754,38 +769,95 @@ impl Filesystem for NullFs {
     }
 }
 
-/// Runs the null file system on `mountpoint` until it is unmounted: loads the namespace from
-/// `state` (if present), prints `ready` on stdout once mounted (the readiness protocol of
-/// `fernfs mount -f`), and saves the namespace back to `state` when the session ends.
-pub fn serve(mountpoint: &Path, state_file: &Path) -> Result<()> {
+/// Mounts the null file system at `mountpoint` with `transport`, its namespace loaded from
+/// `state_file` (if present).
+fn mount_null(
+    mountpoint: &Path,
+    state_file: &Path,
+    transport: Transport,
+) -> Result<(Mount<NullFs>, Arc<Mutex<State>>)> {
     let state = Arc::new(Mutex::new(State::load(state_file)?));
     let opts = fern_fuse::MountOptions {
         fsname: "null-fuse".into(),
         ..Default::default()
     };
-    let mut config = opts.fuser_config();
-    // fern-fuse's config names the subtype "fernfs"; only the label differs here.
-    for o in &mut config.mount_options {
-        if let fuser::MountOption::Subtype(s) = o {
-            *s = "null".into();
-        }
-    }
     let fs = NullFs {
         state: state.clone(),
         entry_ttl: opts.entry_ttl,
         attr_ttl: opts.attr_ttl,
         max_write: opts.max_write,
     };
-    let session = Session::new(fs, mountpoint, &config)
+    let status = fern_fuse::uring::TransportStatus::new(transport);
+    let mount = Mount::new(fs, mountpoint, &opts, status)
         .map_err(|e| BenchError::Usage(format!("mount {}: {e}", mountpoint.display())))?;
+    Ok((mount, state))
+}
+
+/// Runs the null file system on `mountpoint` until it is unmounted: loads the namespace from
+/// `state` (if present), prints `ready` on stdout once mounted (the readiness protocol of
+/// `fernfs mount -f`), and saves the namespace back to `state` when the session ends.
+pub fn serve(mountpoint: &Path, state_file: &Path, transport: Transport) -> Result<()> {
+    let (mount, state) = mount_null(mountpoint, state_file, transport)?;
     {
         let mut out = io::stdout();
         let _ = writeln!(out, "ready");
         let _ = out.flush();
     }
-    let run = session.run();
+    let run = mount.session.run();
+    // A session that ended by an error leaves its mount attached to no one: detach it if it
+    // is still ours (after an unmount it is gone and nothing is touched).
+    if run.is_err() {
+        let _ = mount.kernel.unmount(true);
+    }
+    if let Some(r) = mount.rings {
+        r.join();
+    }
     state.lock().save(state_file)?;
     run.map_err(|e| BenchError::Usage(format!("null-fuse session: {e}")))
+}
+
+/// A null file system served by background threads of this process (tests).
+pub struct NullMount {
+    session: fuser::BackgroundSession,
+    rings: Option<fern_fuse::uring::Rings>,
+    kernel: fern_fuse::KernelMount,
+    /// The transport the mount uses.
+    pub status: Arc<fern_fuse::uring::TransportStatus>,
+    state: Arc<Mutex<State>>,
+    state_file: std::path::PathBuf,
+}
+
+impl NullMount {
+    /// Mounts it at `mountpoint` with `transport`; usable when this returns.
+    pub fn spawn(mountpoint: &Path, state_file: &Path, transport: Transport) -> Result<NullMount> {
+        let (mount, state) = mount_null(mountpoint, state_file, transport)?;
+        Ok(NullMount {
+            session: mount.session.spawn()?,
+            rings: mount.rings,
+            status: mount.status,
+            kernel: mount.kernel,
+            state,
+            state_file: state_file.to_path_buf(),
+        })
+    }
+
+    /// Unmounts, waits for every request thread and ring queue, saves the namespace.
+    pub fn unmount(self) -> Result<()> {
+        match self.kernel.unmount(false)? {
+            fern_fuse::Unmounted::Done | fern_fuse::Unmounted::Gone => {}
+            fern_fuse::Unmounted::Covered => {
+                return Err(BenchError::Usage(format!(
+                    "another file system is mounted over {}",
+                    self.kernel.mountpoint().display()
+                )))
+            }
+        }
+        self.session.join()?;
+        if let Some(r) = self.rings {
+            r.join();
+        }
+        self.state.lock().save(&self.state_file)
+    }
 }
 
 #[cfg(test)]
@@ -814,48 +886,6 @@ mod tests {
         s.remove(ROOT, b"d", true).unwrap();
         assert_eq!(s.child(ROOT, b"d"), Err(Errno::ENOENT));
         assert_eq!(s.nodes.len(), 1);
-    }
-
-    /// The `InitFlags::...` names between `wanted` and the end of its statement, sorted.
-    fn wanted_flags(src: &str) -> Vec<String> {
-        let start = src
-            .find("wanted = InitFlags::")
-            .expect("no `wanted` capabilities");
-        let stmt = &src[start..start + src[start..].find(';').unwrap()];
-        let mut v: Vec<String> = stmt
-            .split("InitFlags::")
-            .skip(1)
-            .map(|f| {
-                f.chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect()
-            })
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// The null file system must make the kernel behave as for a fernfs mount: the same init
-    /// capabilities and open flags as fern-fuse's adapter (copied there, so compared here
-    /// against its source; this fails when the adapter changes and null-fuse does not follow).
-    #[test]
-    fn capabilities_and_open_flags_match_fern_fuse() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let adapter = std::fs::read_to_string(dir.join("../fern-fuse/src/adapter.rs")).unwrap();
-        let ours = std::fs::read_to_string(dir.join("src/fs/null_fuse.rs")).unwrap();
-        let theirs = wanted_flags(&adapter);
-        assert!(
-            theirs.contains(&"FUSE_DO_READDIRPLUS".to_string()),
-            "{theirs:?}"
-        );
-        assert_eq!(wanted_flags(&ours), theirs);
-        let open_flags = |src: &str| {
-            src.lines()
-                .find(|l| l.starts_with("const OPEN_FLAGS"))
-                .map(str::to_string)
-                .expect("no OPEN_FLAGS")
-        };
-        assert_eq!(open_flags(&ours), open_flags(&adapter));
     }
 
     #[test]

@@ -113,6 +113,10 @@ pub enum FsSystem {
     FernfsFuse,
     /// A FUSE file system that answers every request and stores no data: the FUSE-path limit.
     NullFuse,
+    /// `FernfsFuse` over FUSE-over-io_uring (`-o transport=uring`).
+    FernfsFuseUring,
+    /// `NullFuse` over FUSE-over-io_uring.
+    NullFuseUring,
     /// ext4 on a fresh loop-mounted image, through syscalls.
     Ext4,
     /// XFS on a fresh loop-mounted image, through syscalls.
@@ -123,10 +127,12 @@ pub enum FsSystem {
 
 impl FsSystem {
     /// Every system, in report order.
-    pub const ALL: [FsSystem; 6] = [
+    pub const ALL: [FsSystem; 8] = [
         FsSystem::FernfsLib,
         FsSystem::FernfsFuse,
         FsSystem::NullFuse,
+        FsSystem::FernfsFuseUring,
+        FsSystem::NullFuseUring,
         FsSystem::Ext4,
         FsSystem::Xfs,
         FsSystem::Btrfs,
@@ -138,6 +144,8 @@ impl FsSystem {
             FsSystem::FernfsLib => "fernfs-lib",
             FsSystem::FernfsFuse => "fernfs-fuse",
             FsSystem::NullFuse => "null-fuse",
+            FsSystem::FernfsFuseUring => "fernfs-fuse-uring",
+            FsSystem::NullFuseUring => "null-fuse-uring",
             FsSystem::Ext4 => "ext4",
             FsSystem::Xfs => "xfs",
             FsSystem::Btrfs => "btrfs",
@@ -161,7 +169,23 @@ impl FsSystem {
 
     /// Whether the system goes through a FUSE mount.
     pub fn is_fuse(self) -> bool {
-        matches!(self, FsSystem::FernfsFuse | FsSystem::NullFuse)
+        matches!(
+            self,
+            FsSystem::FernfsFuse
+                | FsSystem::NullFuse
+                | FsSystem::FernfsFuseUring
+                | FsSystem::NullFuseUring
+        )
+    }
+
+    /// The FUSE transport of a FUSE system.
+    pub fn transport(self) -> fern_fuse::uring::Transport {
+        match self {
+            FsSystem::FernfsFuseUring | FsSystem::NullFuseUring => {
+                fern_fuse::uring::Transport::Uring
+            }
+            _ => fern_fuse::uring::Transport::Dev,
+        }
     }
 
     /// Parses a system name.

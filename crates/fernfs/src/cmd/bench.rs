@@ -55,6 +55,10 @@ pub enum BenchCommand {
         /// Namespace kept between mounts (read at start if present, written at unmount).
         #[arg(long)]
         state: PathBuf,
+        /// `dev` (read/write on /dev/fuse) or `uring` (FUSE over io_uring, falling back to
+        /// `dev` where the kernel does not allow it).
+        #[arg(long, default_value = "dev")]
+        transport: fern_fuse::uring::Transport,
     },
     /// Runs one task of `bench engine` in this process (internal: the parent re-executes
     /// itself so each engine's peak RSS is its own).
@@ -126,9 +130,11 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         BenchCommand::EngineTask { spec, out } => runner::child_main(&spec, &out),
         BenchCommand::Fs(f) => fs_bench(f),
         BenchCommand::FsTask { spec, out } => fern_bench::fs::runner::child_main(&spec, &out),
-        BenchCommand::NullFuse { mountpoint, state } => {
-            fern_bench::fs::null_fuse::serve(&mountpoint, &state)
-        }
+        BenchCommand::NullFuse {
+            mountpoint,
+            state,
+            transport,
+        } => fern_bench::fs::null_fuse::serve(&mountpoint, &state, transport),
     }
 }
 

@@ -67,7 +67,8 @@ impl Interrupt {
 }
 
 /// Kills (SIGKILL) every child process of this process, found by their parent pid in
-/// /proc/PID/stat; returns how many.
+/// /proc/PID/stat; returns how many. Only `bench` starts children it must kill.
+#[cfg(feature = "bench")]
 pub fn kill_children() -> usize {
     let me = std::process::id().to_string();
     let Ok(rd) = std::fs::read_dir("/proc") else {

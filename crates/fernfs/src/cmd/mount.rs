@@ -108,7 +108,7 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
     } else {
         // The daemon's stderr is /dev/null: wait here, announced, for a daemon that is still
         // unmounting this image (and fail here, naming its mount, if one has it mounted). An
-        // etcd file system has no image file to lock.
+        // etcd store has no image file to lock (several mounts of one prefix are allowed).
         if super::etcd::url(&target).is_none() {
             drop(image::lock(&target)?);
         }

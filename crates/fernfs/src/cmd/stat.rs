@@ -160,6 +160,17 @@ pub fn run(args: StatArgs) -> Result<(), CmdError> {
     println!("image size:         {image_bytes}");
     println!("image allocated:    {on_disk}");
     println!("logical/allocated:  {ratio:.3}");
+    // A mount's daemon reports its FUSE transport (fern_fuse::uring::TransportStatus::json).
+    if let Some(t) = engine["transport"].as_object() {
+        let note = t.get("note").and_then(Value::as_str);
+        println!(
+            "FUSE transport:     {} (asked: {}; {} requests through the rings){}",
+            t.get("active").and_then(Value::as_str).unwrap_or("?"),
+            t.get("requested").and_then(Value::as_str).unwrap_or("?"),
+            t.get("ring_requests").and_then(Value::as_u64).unwrap_or(0),
+            note.map(|n| format!("; {n}")).unwrap_or_default()
+        );
+    }
     let num = |k: &str| engine[k].as_f64();
     let or_na = |v: Option<String>| v.unwrap_or_else(|| "n/a (counted by a mount's daemon)".into());
     println!(

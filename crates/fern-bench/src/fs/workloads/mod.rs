@@ -242,8 +242,8 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
             &spec.dir.join("fern.img"),
             spec.sizes.fern_cache_bytes,
         )?),
-        FsSystem::FernfsFuse => {
-            if let Some(why) = fuse_unavailable("fernfs-fuse") {
+        sys @ (FsSystem::FernfsFuse | FsSystem::FernfsFuseUring) => {
+            if let Some(why) = fuse_unavailable(sys.name()) {
                 return Err(BenchError::Usage(why));
             }
             let exe = std::env::current_exe()?;
@@ -252,40 +252,50 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
                 &spec.dir.join("fern.img"),
                 &spec.dir.join("mnt"),
                 spec.sizes.fern_cache_bytes,
+                sys.transport(),
             )?;
             let about = format!(
-                "fernfs-fuse: `fernfs mkfs` + `fernfs mount -f -o cache_size={}` (default mount \
-                 options) by {}, daemon on CPUs {}, {}; sync = fsync of the root directory \
+                "{}: `fernfs mkfs` + `fernfs mount -f -o cache_size={},transport={}` (default \
+                 mount options) by {}, daemon on CPUs {}, {}; sync = fsync of the root directory \
                  (FUSE_FSYNCDIR: the whole store durable), syscalls via std::fs/libc",
+                sys.name(),
                 spec.sizes.fern_cache_bytes,
+                sys.transport().name(),
                 exe.display(),
                 m.daemon_cpus,
                 daemon_memcg(&m)?
             );
             Box::new(PosixTarget::on_mount(
-                "fernfs-fuse",
+                sys.name(),
                 Box::new(m),
                 about,
                 SyncBy::FsyncRoot,
                 true,
             ))
         }
-        FsSystem::NullFuse => {
-            if let Some(why) = fuse_unavailable("null-fuse") {
+        sys @ (FsSystem::NullFuse | FsSystem::NullFuseUring) => {
+            if let Some(why) = fuse_unavailable(sys.name()) {
                 return Err(BenchError::Usage(why));
             }
             let exe = std::env::current_exe()?;
-            let m = FuseMount::null(&exe, &spec.dir.join("null.state"), &spec.dir.join("mnt"))?;
+            let m = FuseMount::null(
+                &exe,
+                &spec.dir.join("null.state"),
+                &spec.dir.join("mnt"),
+                sys.transport(),
+            )?;
             let about = format!(
-                "null-fuse: `fernfs bench null-fuse` (namespace and attributes in memory, no \
+                "{}: `fernfs bench null-fuse --transport {}` (namespace and attributes in memory, no \
                  data, nothing durable; fern-fuse's mount options, TTLs, capabilities and open \
                  flags), daemon on CPUs {}, {}; sync = fsync of the root directory; content \
                  checks skipped",
+                sys.name(),
+                sys.transport().name(),
                 m.daemon_cpus,
                 daemon_memcg(&m)?
             );
             Box::new(PosixTarget::on_mount(
-                "null-fuse",
+                sys.name(),
                 Box::new(m),
                 about,
                 SyncBy::FsyncRoot,

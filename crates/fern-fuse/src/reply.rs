@@ -1,0 +1,351 @@
+//! The reply types the [`Handler`](crate::Handler) callbacks answer with. Each has the method
+//! names and arguments of its `fuser` namesake, and goes one of two ways: to a fuser reply
+//! (the `/dev/fuse` transport, whose requests fuser reads) or into a ring entry's payload
+//! buffer (the io_uring transport). Owns reply encoding for the ring; fuser encodes its own.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
+
+use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
+
+use crate::uring::abi::Encoder;
+
+/// The outcome of a ring request, read by the queue after the handler returned.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// 0, or a negative errno.
+    pub(crate) error: i32,
+    /// Length of the reply body in the payload buffer.
+    pub(crate) len: usize,
+    /// Whether the handler replied at all (a handler that did not is a bug: EIO).
+    pub(crate) replied: bool,
+}
+
+/// Where a ring reply goes: the entry's payload buffer, at most `limit` bytes of it.
+pub(crate) struct Slot<'a> {
+    pub(crate) out: Encoder<'a>,
+    pub(crate) limit: usize,
+    pub(crate) outcome: &'a mut Outcome,
+}
+
+impl Slot<'_> {
+    fn done(self) {
+        self.outcome.replied = true;
+        if self.out.overflow {
+            // A reply larger than the kernel's buffer: the kernel would refuse it as well.
+            self.outcome.error = -libc::ERANGE;
+            self.outcome.len = 0;
+        } else {
+            self.outcome.error = 0;
+            self.outcome.len = self.out.len;
+        }
+    }
+
+    fn error(self, e: Errno) {
+        self.outcome.replied = true;
+        self.outcome.error = -e.code();
+        self.outcome.len = 0;
+    }
+}
+
+pub(crate) enum Via<'a, F> {
+    Dev(F),
+    Ring(Slot<'a>),
+}
+
+macro_rules! reply_type {
+    ($(#[$m:meta])* $name:ident, $fuser:ty) => {
+        $(#[$m])*
+        pub struct $name<'a>(pub(crate) Via<'a, $fuser>);
+
+        impl $name<'_> {
+            /// Answers with an error.
+            pub fn error(self, e: Errno) {
+                match self.0 {
+                    Via::Dev(r) => r.error(e),
+                    Via::Ring(s) => s.error(e),
+                }
+            }
+        }
+
+        impl From<$fuser> for $name<'_> {
+            fn from(r: $fuser) -> Self {
+                $name(Via::Dev(r))
+            }
+        }
+    };
+}
+
+reply_type!(
+    /// A reply without a body.
+    ReplyEmpty,
+    fuser::ReplyEmpty
+);
+reply_type!(
+    /// Bytes (read, readlink).
+    ReplyData,
+    fuser::ReplyData
+);
+reply_type!(
+    /// One entry (lookup, mknod, mkdir, symlink, link).
+    ReplyEntry,
+    fuser::ReplyEntry
+);
+reply_type!(
+    /// Attributes (getattr, setattr).
+    ReplyAttr,
+    fuser::ReplyAttr
+);
+reply_type!(
+    /// An opened handle (open, opendir).
+    ReplyOpen,
+    fuser::ReplyOpen
+);
+reply_type!(
+    /// Bytes written.
+    ReplyWrite,
+    fuser::ReplyWrite
+);
+reply_type!(
+    /// File-system figures.
+    ReplyStatfs,
+    fuser::ReplyStatfs
+);
+reply_type!(
+    /// An xattr value, list or size.
+    ReplyXattr,
+    fuser::ReplyXattr
+);
+reply_type!(
+    /// An entry and an opened handle (create).
+    ReplyCreate,
+    fuser::ReplyCreate
+);
+reply_type!(
+    /// A directory listing.
+    ReplyDirectory,
+    fuser::ReplyDirectory
+);
+reply_type!(
+    /// A directory listing with attributes.
+    ReplyDirectoryPlus,
+    fuser::ReplyDirectoryPlus
+);
+
+impl ReplyEmpty<'_> {
+    /// Success.
+    pub fn ok(self) {
+        match self.0 {
+            Via::Dev(r) => r.ok(),
+            Via::Ring(s) => s.done(),
+        }
+    }
+}
+
+impl ReplyData<'_> {
+    /// The bytes.
+    pub fn data(self, data: &[u8]) {
+        match self.0 {
+            Via::Dev(r) => r.data(data),
+            Via::Ring(mut s) => {
+                s.out.bytes(data);
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyEntry<'_> {
+    /// The entry, cached for `ttl`.
+    pub fn entry(self, ttl: &Duration, attr: &FileAttr, generation: Generation) {
+        match self.0 {
+            Via::Dev(r) => r.entry(ttl, attr, generation),
+            Via::Ring(mut s) => {
+                s.out.entry(attr.ino.0, ttl, attr, generation);
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyAttr<'_> {
+    /// The attributes, cached for `ttl`.
+    pub fn attr(self, ttl: &Duration, attr: &FileAttr) {
+        match self.0 {
+            Via::Dev(r) => r.attr(ttl, attr),
+            Via::Ring(mut s) => {
+                s.out.attr_out(ttl, attr);
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyOpen<'_> {
+    /// The handle and its open flags.
+    pub fn opened(self, fh: FileHandle, flags: FopenFlags) {
+        match self.0 {
+            Via::Dev(r) => r.opened(fh, flags),
+            Via::Ring(mut s) => {
+                s.out.open_out(fh.0, flags.bits());
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyWrite<'_> {
+    /// `size` bytes were written.
+    pub fn written(self, size: u32) {
+        match self.0 {
+            Via::Dev(r) => r.written(size),
+            Via::Ring(mut s) => {
+                s.out.u32(size);
+                s.out.u32(0);
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyStatfs<'_> {
+    /// `struct statfs` figures.
+    #[allow(clippy::too_many_arguments)]
+    pub fn statfs(
+        self,
+        blocks: u64,
+        bfree: u64,
+        bavail: u64,
+        files: u64,
+        ffree: u64,
+        bsize: u32,
+        namelen: u32,
+        frsize: u32,
+    ) {
+        match self.0 {
+            Via::Dev(r) => r.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize),
+            Via::Ring(mut s) => {
+                for v in [blocks, bfree, bavail, files, ffree] {
+                    s.out.u64(v);
+                }
+                for v in [bsize, namelen, frsize, 0] {
+                    s.out.u32(v);
+                }
+                s.out.zeros(24);
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyXattr<'_> {
+    /// The size the caller must allocate (a request with size 0).
+    pub fn size(self, size: u32) {
+        match self.0 {
+            Via::Dev(r) => r.size(size),
+            Via::Ring(mut s) => {
+                s.out.u32(size);
+                s.out.u32(0);
+                s.done()
+            }
+        }
+    }
+
+    /// The value or name list.
+    pub fn data(self, data: &[u8]) {
+        match self.0 {
+            Via::Dev(r) => r.data(data),
+            Via::Ring(mut s) => {
+                s.out.bytes(data);
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyCreate<'_> {
+    /// The new entry and its open handle.
+    pub fn created(
+        self,
+        ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+        fh: FileHandle,
+        flags: FopenFlags,
+    ) {
+        match self.0 {
+            Via::Dev(r) => r.created(ttl, attr, generation, fh, flags),
+            Via::Ring(mut s) => {
+                s.out.entry(attr.ino.0, ttl, attr, generation);
+                s.out.open_out(fh.0, flags.bits());
+                s.done()
+            }
+        }
+    }
+}
+
+impl ReplyDirectory<'_> {
+    /// Adds an entry; true when the kernel's buffer is full (the entry was not added).
+    pub fn add<T: AsRef<OsStr>>(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        kind: FileType,
+        name: T,
+    ) -> bool {
+        match &mut self.0 {
+            Via::Dev(r) => r.add(ino, offset, kind, name),
+            Via::Ring(s) => {
+                let limit = s.limit;
+                !s.out
+                    .dirent(limit, ino.0, offset, kind, name.as_ref().as_bytes())
+            }
+        }
+    }
+
+    /// Sends what was added.
+    pub fn ok(self) {
+        match self.0 {
+            Via::Dev(r) => r.ok(),
+            Via::Ring(s) => s.done(),
+        }
+    }
+}
+
+impl ReplyDirectoryPlus<'_> {
+    /// Adds an entry with its attributes; true when the kernel's buffer is full (the entry
+    /// was not added).
+    pub fn add<T: AsRef<OsStr>>(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        name: T,
+        ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+    ) -> bool {
+        match &mut self.0 {
+            Via::Dev(r) => r.add(ino, offset, name, ttl, attr, generation),
+            Via::Ring(s) => {
+                let name = name.as_ref().as_bytes();
+                let need = crate::uring::abi::ENTRY_OUT_SIZE
+                    + (crate::uring::abi::DIRENT_HEADER + name.len()).next_multiple_of(8);
+                if s.out.len + need > s.limit.min(s.out.buf.len()) {
+                    return true;
+                }
+                s.out.entry(ino.0, ttl, attr, generation);
+                let limit = s.limit;
+                !s.out.dirent(limit, ino.0, offset, attr.kind, name)
+            }
+        }
+    }
+
+    /// Sends what was added.
+    pub fn ok(self) {
+        match self.0 {
+            Via::Dev(r) => r.ok(),
+            Via::Ring(s) => s.done(),
+        }
+    }
+}
