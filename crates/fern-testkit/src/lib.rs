@@ -138,6 +138,37 @@ pub fn programs(programs: &[&str]) -> Result<(), String> {
     }
 }
 
+/// A loop device over a sparse backing file, detached when dropped (root and losetup).
+pub struct LoopDevice(std::path::PathBuf);
+
+impl LoopDevice {
+    /// Makes `backing` a sparse file of `size` bytes and attaches it (`losetup --find --show`).
+    /// Panics when that fails: callers checked [`fuse_as_root`] and `losetup` first.
+    pub fn new(backing: &Path, size: u64) -> LoopDevice {
+        std::fs::File::create(backing)
+            .and_then(|f| f.set_len(size))
+            .expect("backing file");
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing)
+            .output()
+            .expect("run losetup");
+        assert!(out.status.success(), "losetup: {out:?}");
+        LoopDevice(String::from_utf8_lossy(&out.stdout).trim().into())
+    }
+
+    /// The device node, e.g. `/dev/loop3`.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).output();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

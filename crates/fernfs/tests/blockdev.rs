@@ -8,10 +8,10 @@
 //! guards, so a failing test leaves nothing.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use fern_testkit::{skipped, Need};
+use fern_testkit::{skipped, LoopDevice, Need};
 
 fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fernfs"))
@@ -51,28 +51,6 @@ fn usable() -> Result<(), String> {
     Ok(())
 }
 
-/// A loop device over a sparse file of `size` bytes, detached on drop.
-struct Loop(PathBuf);
-
-impl Loop {
-    fn new(backing: &Path, size: u64) -> Loop {
-        fs::File::create(backing).unwrap().set_len(size).unwrap();
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(backing)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup: {out:?}");
-        Loop(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).output();
-    }
-}
-
 /// Unmounts on drop (lazily), whatever mounted it.
 struct Unmount(PathBuf);
 
@@ -91,8 +69,8 @@ fn mkfs_mount_and_fsck_on_a_loop_device() {
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let _unmount = Unmount(mnt.clone());
-    let dev = Loop::new(&tmp.path().join("backing"), 160 << 20);
-    let (d, m) = (dev.0.as_os_str(), mnt.as_os_str());
+    let dev = LoopDevice::new(&tmp.path().join("backing"), 160 << 20);
+    let (d, m) = (dev.path().as_os_str(), mnt.as_os_str());
 
     ok(&["mkfs".as_ref(), d]);
     refused(&["mkfs".as_ref(), d], "(fernfs); add --force");
@@ -133,7 +111,7 @@ fn mkfs_mount_and_fsck_on_a_loop_device() {
     assert!(ext4.status.success(), "{ext4:?}");
     refused(&["mkfs".as_ref(), d], "ext");
     nix::mount::mount(
-        Some(dev.0.as_path()),
+        Some(dev.path()),
         mnt.as_path(),
         Some("ext4"),
         nix::mount::MsFlags::empty(),
@@ -162,6 +140,6 @@ fn too_small_a_device_is_refused_clearly() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let dev = Loop::new(&tmp.path().join("backing"), 8 << 20);
-    refused(&["mkfs".as_ref(), dev.0.as_os_str()], "too small");
+    let dev = LoopDevice::new(&tmp.path().join("backing"), 8 << 20);
+    refused(&["mkfs".as_ref(), dev.path().as_os_str()], "too small");
 }

@@ -7,7 +7,7 @@
 //! SKIPPED and returns, unless FERN_REQUIRE_FUSE=1 / FERN_REQUIRE_ETCD=1 make that a failure.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -28,17 +28,6 @@ fn ok(args: &[&str]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-/// Why this machine cannot run a FUSE mount as this user, if it cannot.
-fn fuse_unusable() -> Option<&'static str> {
-    if !Path::new("/dev/fuse").exists() {
-        Some("/dev/fuse is absent")
-    } else if !nix::unistd::geteuid().is_root() {
-        Some("not root (the mounts are made with mount(2))")
-    } else {
-        None
-    }
 }
 
 /// Detaches the mount on drop, whatever state its daemon is in (EINVAL when it is already
@@ -67,12 +56,8 @@ fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn two_mounts_of_one_prefix_see_each_others_namespace() {
-    if let Some(why) = fuse_unusable() {
-        assert!(
-            std::env::var("FERN_REQUIRE_FUSE").as_deref() != Ok("1"),
-            "FERN_REQUIRE_FUSE=1 but FUSE is unusable: {why}"
-        );
-        eprintln!("SKIPPED: etcd two-mount test: {why}");
+    // Root: the mounts are made with mount(2).
+    if fern_testkit::skipped(fern_testkit::Need::Fuse, fern_testkit::fuse_as_root()) {
         return;
     }
     let Some(etcd) = shared_for_tests() else {

@@ -5,13 +5,15 @@
 //! device) and `df` shows the space coming back; the device fills again; after unmount `fsck`
 //! is clean and the image mounts again, read-only and read-write; a third fill and delete.
 //!
-//! Needs root, /dev/fuse and losetup. Without them it prints SKIPPED and returns, unless
-//! FERN_REQUIRE_FUSE=1 (CI), where it fails.
+//! Needs root, /dev/fuse and losetup. Without them it is SKIPPED, a failure under
+//! `FERN_REQUIRE_FUSE=1` (CI; fern-testkit).
 
 use std::fs;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use fern_testkit::{skipped, LoopDevice, Need};
 
 const DEVICE: u64 = 64 << 20;
 const FILE: usize = 256 << 10;
@@ -35,41 +37,8 @@ fn ok(args: &[&std::ffi::OsStr]) -> Output {
 }
 
 fn usable() -> Result<(), String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err("not root (losetup needs it)".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is absent".into());
-    }
-    if Command::new("losetup").arg("-V").output().is_err() {
-        return Err("losetup is not installed".into());
-    }
-    Ok(())
-}
-
-struct Loop(PathBuf);
-
-impl Loop {
-    fn new(backing: &Path, size: u64) -> Loop {
-        fs::File::create(backing)
-            .and_then(|f| f.set_len(size))
-            .expect("backing file");
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(backing)
-            .output()
-            .expect("losetup");
-        assert!(out.status.success(), "losetup: {out:?}");
-        Loop(PathBuf::from(
-            String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        ))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).output();
-    }
+    fern_testkit::fuse_as_root()?;
+    fern_testkit::programs(&["losetup"])
 }
 
 struct Unmount(PathBuf);
@@ -179,20 +148,15 @@ fn delete_half(mnt: &Path, live: &mut Vec<usize>) {
 
 #[test]
 fn a_full_block_device_refuses_with_enospc_keeps_files_and_recovers_space() {
-    if let Err(why) = usable() {
-        assert!(
-            std::env::var("FERN_REQUIRE_FUSE").as_deref() != Ok("1"),
-            "FERN_REQUIRE_FUSE=1 but the full-device test cannot run: {why}"
-        );
-        eprintln!("SKIPPED: full-device test: {why}");
+    if skipped(Need::Fuse, usable()) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).expect("mkdir");
     let _unmount = Unmount(mnt.clone());
-    let dev = Loop::new(&tmp.path().join("backing"), DEVICE);
-    let (d, m) = (dev.0.as_os_str(), mnt.as_os_str());
+    let dev = LoopDevice::new(&tmp.path().join("backing"), DEVICE);
+    let (d, m) = (dev.path().as_os_str(), mnt.as_os_str());
     ok(&["mkfs".as_ref(), d]);
     ok(&["mount".as_ref(), d, m]);
     let (total, _, avail) = df(&mnt);
@@ -228,7 +192,7 @@ fn a_full_block_device_refuses_with_enospc_keeps_files_and_recovers_space() {
         next = again;
         verify(&mnt, &live);
         ok(&["umount".as_ref(), m]);
-        fsck_clean(&dev.0);
+        fsck_clean(dev.path());
         ok(&["mount".as_ref(), "-o".as_ref(), "ro".as_ref(), d, m]);
         verify(&mnt, &live);
         ok(&["umount".as_ref(), m]);
@@ -236,5 +200,5 @@ fn a_full_block_device_refuses_with_enospc_keeps_files_and_recovers_space() {
         verify(&mnt, &live);
     }
     ok(&["umount".as_ref(), m]);
-    fsck_clean(&dev.0);
+    fsck_clean(dev.path());
 }
