@@ -7,9 +7,9 @@
 
 use std::ops::Bound;
 
-use crate::env::Tree;
+use crate::betree::{self, LeafRows, Seek};
 use crate::error::Result;
-use crate::tree::{self, LeafRows, Seek};
+use crate::tree::Tree;
 
 /// A position in a tree's key order.
 pub struct Cursor {
@@ -54,7 +54,7 @@ impl Cursor {
         let t = self.tree.clone();
         let rows = t
             .env
-            .read(&t, |ctx, root| tree::leaf_rows(ctx, root, seek))?;
+            .read(&t, |ctx, root| betree::leaf_rows(ctx, root, seek))?;
         self.leaf = Some(rows);
         Ok(())
     }

@@ -22,7 +22,7 @@ pub fn btt(bytes: &[u8]) -> bool {
 
 /// Decodes `bytes` as the catalog (the meta blob).
 pub fn catalog(bytes: &[u8]) -> bool {
-    crate::env::fuzz_catalog(bytes)
+    crate::catalog::fuzz_catalog(bytes)
 }
 
 /// Decodes `bytes` as a node id (8 bytes, little-endian: the id the translation table would

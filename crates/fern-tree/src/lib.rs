@@ -9,11 +9,15 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod admission;
 pub mod alloc;
 mod basement;
+mod betree;
 pub mod blockfile;
 mod buffer;
 mod cache;
+mod catalog;
+mod checkpoint;
 pub mod codec;
 mod cursor;
 pub mod device;
@@ -24,22 +28,25 @@ pub mod fuzz;
 mod ids;
 mod msg;
 mod node;
+mod options;
 mod space;
 mod stats;
 mod tree;
 mod varint;
 pub mod wal;
 
+pub use betree::{DamagedNode, TreeReport};
 pub use cache::CacheStats;
 pub use codec::Compression;
 pub use cursor::Cursor;
-pub use env::{Durability, Env, Options, RecoveryReport, Tree, WriteBatch};
+pub use env::Env;
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
+pub use options::{Durability, Options, RecoveryReport};
 pub use space::{Admission, Space};
 pub use stats::{Backlog, DeviceStats, Stats};
-pub use tree::{DamagedNode, TreeReport};
+pub use tree::{Tree, WriteBatch};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 16 * 1024;

@@ -1,0 +1,262 @@
+//! Checkpoints (format.md "Checkpoint (non-stalling, W8)"): the snapshot under the write lock,
+//! the node writes and the commit without it, the adoption of what was written, the return of
+//! log space no durable checkpoint needs (W9), and the background thread that runs them when
+//! the log asks. Never: decides what a batch may write (admission.rs) or replays the log.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::blockfile::ALIGN;
+use crate::catalog::{encode_meta, State};
+use crate::env::{CkptSignal, Env, Inner, BACKGROUND_ROUNDS, LOG_RELEASE_STEP};
+use crate::error::{Error, Result};
+
+impl Inner {
+    /// The sharp checkpoint: everything under the write lock the caller holds (`st`).
+    pub(crate) fn checkpoint_locked(&self, st: &State) -> Result<()> {
+        let ctx = self.ctx();
+        let lsn = self.wal.end();
+        let result = (|| {
+            // The checkpoint's syncs must cover the log records before it (W5: recovery from
+            // the older checkpoint replays them).
+            self.wal.flush()?;
+            for n in ctx.cache.dirty() {
+                ctx.write_node(&n)?;
+                n.set_dirty(false);
+            }
+            let meta = encode_meta(st, &self.shape);
+            self.bf.lock().checkpoint(lsn, &meta)
+        })();
+        match &result {
+            // The checkpoint's syncs covered every log record written before it.
+            Ok(()) => {
+                self.wal.mark_durable(lsn);
+                self.wal.set_oldest(self.bf.lock().oldest_checkpoint_lsn());
+            }
+            Err(e) => self.set_poison(e.to_string()),
+        }
+        result?;
+        // The write lock is held: no append can race the punches (W9).
+        loop {
+            match self.release_log_step(st) {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(e) => {
+                    self.set_poison(e.to_string());
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Returns the next piece (at most `LOG_RELEASE_STEP` bytes) of log space that no durable
+    /// checkpoint needs any more to the host, and says whether more remains (W9).
+    ///
+    /// Records below the older checkpoint's LSN are never read again: recovery starts at the
+    /// newest checkpoint's LSN, or at the older one's if the newest header is damaged (W5).
+    /// Without this, every byte ever logged stays allocated in the sparse region until the
+    /// region wraps (F8: 64 MiB of logged file data kept beside the tree after an unmount).
+    ///
+    /// The caller holds the environment's lock (read or write), so no record is appended
+    /// meanwhile. A record at LSN `x` shares its bytes with LSN `x - capacity`; records up to
+    /// `end` exist, so nothing below `end - capacity` is punched, and appends after the lock
+    /// is released land at or past `end`, outside what was punched. Punches are not synced: a
+    /// crash leaves the old bytes or zeros, and recovery reads neither (both lie below the
+    /// checkpoint's LSN).
+    pub(crate) fn release_log_step(&self, st: &State) -> Result<bool> {
+        let (oldest, region) = {
+            let bf = self.bf.lock();
+            match bf.loc(st.log_id) {
+                Some(r) => (bf.oldest_checkpoint_lsn().0, r),
+                None => return Ok(false),
+            }
+        };
+        let cap = u64::from(region.len);
+        // Sync marks are appended without the environment's lock (W10); the log's tail lock
+        // keeps them out while this step computes its range from `end` and punches it.
+        self.wal.with_appends_excluded(|end| {
+            let end = end.0;
+            let mut released = self.log_released.lock();
+            let lo = (*released)
+                .max(end.saturating_sub(cap))
+                .next_multiple_of(ALIGN);
+            // The page holding `oldest` keeps live records after it, unless there are none
+            // (both checkpoints at the log's end): then its bytes past `end` belong to no
+            // record yet.
+            let target = if oldest >= end {
+                end.next_multiple_of(ALIGN)
+            } else {
+                oldest / ALIGN * ALIGN
+            };
+            let hi = target.min(lo.saturating_add(LOG_RELEASE_STEP));
+            if lo >= hi {
+                return Ok(false);
+            }
+            let mut at = lo;
+            while at < hi {
+                // The region is ALIGN-aligned and a multiple of ALIGN long, so an aligned LSN
+                // maps to an aligned offset; a piece stops at the region's end (the log wraps
+                // there).
+                let pos = at % cap;
+                let n = (hi - at).min(cap - pos);
+                self.dev
+                    .punch_hole(region.offset + pos, n)
+                    .map_err(|e| Error::io(format!("returning log space below LSN {hi}"), e))?;
+                at += n;
+            }
+            *released = hi;
+            Ok(hi < target)
+        })
+    }
+}
+
+impl Env {
+    /// Starts a checkpoint because the log passed its threshold: wakes the checkpoint thread,
+    /// or (without one) runs it here unless one is already running.
+    pub(crate) fn request_checkpoint(&self) -> Result<()> {
+        if let Some(sig) = &self.inner.ckpt_signal {
+            *sig.want.lock() = true;
+            sig.cv.notify_one();
+            return Ok(());
+        }
+        let Some(_one) = self.inner.ckpt_lock.try_lock() else {
+            return Ok(());
+        };
+        if self.wants_checkpoint() {
+            self.checkpoint_fuzzy()?;
+        }
+        Ok(())
+    }
+
+    /// Commits a checkpoint of everything written before the call, at the log's end; log space
+    /// before the older checkpoint becomes reusable. Writers keep writing while the nodes are
+    /// encoded and written (see `checkpoint_fuzzy`). When it returns Ok, everything written
+    /// before the call survives a crash.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_writable()?;
+        let _one = self.inner.ckpt_lock.lock();
+        self.checkpoint_fuzzy()
+    }
+
+    /// The old "sharp" checkpoint, which holds the write lock while it writes every dirty node.
+    /// Kept for comparison benchmarks (docs/BENCHMARKS.md); [`Env::checkpoint`] is what to use.
+    #[doc(hidden)]
+    pub fn checkpoint_sharp(&self) -> Result<()> {
+        self.check_writable()?;
+        let _one = self.inner.ckpt_lock.lock();
+        let st = self.inner.state.write();
+        self.checkpoint_locked(&st)
+    }
+
+    /// A checkpoint that stops writers only twice, briefly (invariant W8):
+    /// 1. under the write lock: note the log's end (the checkpoint LSN), encode the catalog,
+    ///    take `Arc`s of every dirty cached node (a writer that changes one later gets a copy:
+    ///    `Cache::take` copies a node someone else holds) and begin an in-progress BTT (B10);
+    /// 2. without it: encode and write each snapshot node to a fresh extent of the in-progress
+    ///    BTT, then commit (B3);
+    /// 3. under the write lock: nodes the cache still holds in the snapshot's version are clean
+    ///    now and the current BTT adopts their new blocks; changed ones stay dirty.
+    ///
+    /// The caller holds `ckpt_lock`.
+    pub(crate) fn checkpoint_fuzzy(&self) -> Result<()> {
+        let i = &self.inner;
+        let (lsn, meta, snapshot) = {
+            let st = i.state.write();
+            let lsn = i.wal.end();
+            // The checkpoint's syncs must cover the log records before it (W5: recovery from
+            // the older checkpoint replays them).
+            self.poison(i.wal.flush())?;
+            let meta = encode_meta(&st, &i.shape);
+            let snapshot = i.cache.dirty();
+            let r = i.bf.lock().begin_checkpoint();
+            self.poison(r)?;
+            (lsn, meta, snapshot)
+        };
+        let written = (|| {
+            let mut locs = Vec::with_capacity(snapshot.len());
+            for n in &snapshot {
+                let bytes = n.encode(i.shape.compression);
+                let len = u32::try_from(bytes.len()).map_err(|_| {
+                    Error::InvalidArgument(format!("node {} block over 4 GiB", n.id))
+                })?;
+                let loc = i.bf.lock().reserve_for_checkpoint(n.id, len)?;
+                i.dev
+                    .write_at(&bytes, loc.offset)
+                    .map_err(|e| Error::io(format!("writing node {} for a checkpoint", n.id), e))?;
+                locs.push(loc);
+            }
+            i.bf.lock().commit_checkpoint(lsn, &meta)?;
+            Ok(locs)
+        })();
+        let locs = self.poison(written)?;
+        // The checkpoint's syncs covered every log record written before the snapshot.
+        i.wal.mark_durable(lsn);
+        i.wal.set_oldest(i.bf.lock().oldest_checkpoint_lsn());
+        {
+            let _st = i.state.write();
+            let mut bf = i.bf.lock();
+            for (n, loc) in snapshot.iter().zip(locs) {
+                if i.cache.is_current(n) {
+                    bf.adopt(n.id, loc);
+                    n.set_dirty(false);
+                } else {
+                    bf.not_adopted(n.id, loc);
+                }
+            }
+        }
+        // Log space is returned piece by piece under the read lock: appends wait for one
+        // piece at a time (W8, W9), readers not at all. A failed punch is a failed device
+        // write: it poisons (E2), though the committed checkpoint stands.
+        loop {
+            let st = i.state.read();
+            if !self.poison(i.release_log_step(&st))? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The sharp checkpoint: everything under the write lock.
+    pub(crate) fn checkpoint_locked(&self, st: &State) -> Result<()> {
+        self.inner.checkpoint_locked(st)
+    }
+}
+
+/// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
+pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
+    let _ = std::thread::Builder::new()
+        .name("fern-checkpoint".into())
+        .spawn(move || loop {
+            {
+                let mut want = sig.want.lock();
+                if !*want {
+                    sig.cv.wait_for(&mut want, Duration::from_millis(200));
+                }
+                if !std::mem::take(&mut *want) {
+                    if inner.strong_count() == 0 {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            let Some(inner) = inner.upgrade() else { return };
+            if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
+                return;
+            }
+            let env = Env { inner, _user: None };
+            let Some(_one) = env.inner.ckpt_lock.try_lock() else {
+                continue; // a checkpoint is running; it covers this request
+            };
+            if env.inner.closed.load(Ordering::SeqCst) {
+                return; // closed while this thread waited for the lock
+            }
+            if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
+                return; // poisoned
+            }
+            if env.inner.reclaim_wanted.load(Ordering::Relaxed)
+                && env.reclaim_pass(BACKGROUND_ROUNDS).is_err()
+            {
+                return; // poisoned
+            }
+        });
+}

@@ -1,0 +1,137 @@
+//! What a user chooses when opening an environment ([`Options`], [`Durability`]) and what an
+//! open reports back ([`RecoveryReport`]). Plain data: the environment (env.rs) acts on it.
+
+use std::time::Duration;
+
+use crate::codec::Compression;
+use crate::error::{Error, Result};
+use crate::ids::UpsertId;
+use crate::msg::{UpsertFn, UpsertRegistry};
+use crate::wal;
+
+/// How durable a committed write batch is when [`Env::write_with`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Returns after the batch's log record is on stable storage (an fsync, shared with
+    /// concurrent `Sync` commits: group commit).
+    Sync,
+    /// Returns once the batch is logged and applied in memory; it becomes durable with the next
+    /// [`Env::sync`], `Sync` commit, periodic flush ([`Options::sync_interval`]) or checkpoint.
+    /// A crash can lose it, and then every later batch too (the log is a prefix), never part of it.
+    #[default]
+    Buffered,
+}
+
+/// Options of an environment. Shape options apply when it is created; compression is
+/// remembered in the image.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Hard bound on the memory the node cache uses, in bytes.
+    pub cache_bytes: usize,
+    /// Target size of a node: leaves split above it; internal nodes flush above it.
+    pub node_bytes: usize,
+    /// Target size of a leaf partition (the unit a point read decompresses).
+    pub basement_bytes: usize,
+    /// Most children an internal node has before it splits.
+    pub fanout: usize,
+    /// Compression for new images.
+    pub compression: Compression,
+    /// Registered upsert functions.
+    pub upserts: UpsertRegistry,
+    /// Bytes of the write-ahead log region, reserved when the image is created (a multiple of
+    /// 4096, at least 16 KiB). A checkpoint starts when a quarter of it has been written since
+    /// the last one; a batch may not exceed half of it.
+    pub log_bytes: u64,
+    /// How often a background thread syncs `Buffered` commits; `None` disables it (they are then
+    /// durable only by [`Env::sync`], a `Sync` commit or a checkpoint).
+    pub sync_interval: Option<Duration>,
+    /// Durability of [`Env::write`] and of the [`Tree`] convenience methods.
+    pub durability: Durability,
+    /// Whether checkpoints the log asks for run on a background thread (default). Without it
+    /// the writer that notices runs them, which keeps a single-threaded run deterministic (the
+    /// crash test relies on that).
+    pub checkpoint_thread: bool,
+    /// Open without ever writing the image (W11): recover into memory only (replayed nodes stay
+    /// dirty in the cache, never written, so a large unreplayed log needs memory for every node
+    /// it changes), no checkpoint, no epoch bump, no punch, no background thread; every write
+    /// returns [`Error::ReadOnly`]. For checkers and exporters (`fernfs fsck`, `stat`, `export`).
+    pub read_only: bool,
+    /// Repair: when recovery finds a damaged log record that later records prove durable, cut
+    /// the log there (keeping everything before it, dropping it and everything after) instead
+    /// of failing with [`Error::Checksum`]. Never the default; what was dropped is in
+    /// [`Env::recovery`]. (W4)
+    pub cut_damaged_log: bool,
+    /// Fixed size of a new image in bytes, kept in its catalog: nothing is allocated past it,
+    /// new data is refused with [`Error::NoSpace`] before the reserve is touched, and the file
+    /// keeps this length (format.md, "Space and the reserve"). `None`: the image grows as its
+    /// device allows. A device with a capacity of its own (a disk) is limited by that anyway.
+    pub capacity: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cache_bytes: 64 << 20,
+            node_bytes: 1 << 20,
+            basement_bytes: 16 << 10,
+            fanout: 16,
+            compression: Compression::Lz4,
+            upserts: UpsertRegistry::default(),
+            log_bytes: 256 << 20,
+            sync_interval: Some(Duration::from_millis(100)),
+            durability: Durability::Buffered,
+            checkpoint_thread: true,
+            read_only: false,
+            cut_damaged_log: false,
+            capacity: None,
+        }
+    }
+}
+
+impl Options {
+    /// Registers an upsert function under a stable id.
+    pub fn register_upsert(&mut self, id: UpsertId, f: UpsertFn) {
+        self.upserts.register(id, f);
+    }
+
+    /// Registers the argument merge of upsert function `id` (see [`crate::MergeFn`]).
+    pub fn register_merge(&mut self, id: UpsertId, f: crate::MergeFn) {
+        self.upserts.register_merge(id, f);
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.node_bytes < 4096 || self.basement_bytes < 512 || self.fanout < 3 {
+            return Err(Error::InvalidArgument(format!(
+                "node_bytes must be >= 4096, basement_bytes >= 512, fanout >= 3 (got {}, {}, {})",
+                self.node_bytes, self.basement_bytes, self.fanout
+            )));
+        }
+        if self.cache_bytes < 4 * self.node_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "cache_bytes ({}) must hold at least 4 nodes of {} bytes",
+                self.cache_bytes, self.node_bytes
+            )));
+        }
+        if self.log_bytes < 16 << 10
+            || self.log_bytes > u32::MAX as u64
+            || !self.log_bytes.is_multiple_of(crate::blockfile::ALIGN)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "log_bytes must be a multiple of 4096 from 16 KiB to 4 GiB (got {})",
+                self.log_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What an open found and worked around (damage it did not refuse).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Header slots that are damaged or unusable while the other one serves (B6).
+    pub header_notes: Vec<String>,
+    /// Log records replayed after the checkpoint (sync marks not counted).
+    pub records_replayed: u64,
+    /// The damaged log record the log was cut at, with [`Options::cut_damaged_log`] only.
+    pub log_cut: Option<wal::LogCut>,
+}
