@@ -53,33 +53,14 @@ fn engine() -> Options {
     }
 }
 
-/// splitmix64.
-struct Rng(u64);
+type Rng = fern_testkit::SplitMix64;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> Option<&'a T> {
-        if v.is_empty() {
-            None
-        } else {
-            Some(&v[self.below(v.len() as u64) as usize])
-        }
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let tag = self.next();
-        (0..n as u64)
-            .map(|i| (tag.wrapping_add(i.wrapping_mul(0x9E37)) >> 7) as u8)
-            .collect()
-    }
+/// `n` bytes of one random pattern.
+fn bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
+    let tag = rng.next_u64();
+    (0..n as u64)
+        .map(|i| (tag.wrapping_add(i.wrapping_mul(0x9E37)) >> 7) as u8)
+        .collect()
 }
 
 #[derive(Clone, Debug)]
@@ -480,7 +461,7 @@ impl Run {
                 1 + self.rng.below(100),
             ),
         };
-        let data = self.rng.bytes(len as usize);
+        let data = bytes(&mut self.rng, len as usize);
         let ino = match (target, path) {
             (Some(i), _) => {
                 let (f, ino) = &self.open[i];
@@ -688,7 +669,7 @@ impl Run {
                 let Some(path) = self.fresh_name() else {
                     return false;
                 };
-                let target = format!("/t/{:x}", self.rng.next() >> (self.rng.below(60)));
+                let target = format!("/t/{:x}", self.rng.next_u64() >> (self.rng.below(60)));
                 self.log.push(format!("symlink {path} -> {target}"));
                 let a = self
                     .p
@@ -780,7 +761,7 @@ impl Run {
 type Outcome = (usize, usize);
 
 fn run_seed(seed: u64) -> Result<Outcome, String> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_state(seed);
     let block_size = [512u32, 1024, 4096][rng.below(3) as usize];
     let ops = 10 + rng.below(70) as usize;
     let dev = Arc::new(CrashDevice::new());
