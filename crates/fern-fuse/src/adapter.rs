@@ -56,6 +56,7 @@ pub struct FernFuse {
     fs: Arc<Fs>,
     entry_ttl: Duration,
     attr_ttl: Duration,
+    negative_ttl: Duration,
     writeback: bool,
     max_write: u32,
     stats: StatsSource,
@@ -73,6 +74,7 @@ impl FernFuse {
             fs,
             entry_ttl: opts.entry_ttl,
             attr_ttl: opts.attr_ttl,
+            negative_ttl: opts.negative_ttl,
             writeback: opts.writeback_cache,
             max_write: opts.max_write,
             stats: opts.stats.clone(),
@@ -107,21 +109,50 @@ fn name(n: &OsStr) -> &[u8] {
 }
 
 /// Open flags of every file handle:
-/// * KEEP_CACHE: page cache kept across opens (this mount is the only writer, and without the
-///   writeback cache every write goes through the kernel to us, so the cache is never stale);
-/// * NOFLUSH: no FLUSH request at close(2) — `flush` has nothing to do (fern-fs buffers
+/// * KEEP_CACHE: page cache kept across opens (a local store has this mount as its only
+///   writer, and every write goes through this kernel, so the cache is never stale);
+/// * NOFLUSH: no FLUSH request at close(2) — FLUSH has nothing to do here (fern-fs buffers
 ///   nothing per handle, and locks are the kernel's), so this saves a round trip per close.
-///   The kernel still flushes dirty pages itself under the writeback cache.
+///   Under the writeback cache the kernel ignores NOFLUSH (it writes the dirty pages at
+///   close, then sends FLUSH); `Handler::flush` is left unimplemented, and the ENOSYS of the
+///   first FLUSH stops the kernel sending any more for the life of the mount.
 pub const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
 /// The capabilities asked for in INIT, each only if the kernel offers it (see `init`);
-/// null-fuse asks for the same. `init` adds POSIX_ACL + DONT_MASK (with
-/// `default_permissions`) and WRITEBACK_CACHE (when asked for) per mount.
+/// null-fuse asks for the same ([`negotiate`]), which adds POSIX_ACL + DONT_MASK (with
+/// `default_permissions`) and WRITEBACK_CACHE (unless turned off) per mount.
 pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
     .union(InitFlags::FUSE_DO_READDIRPLUS)
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_CACHE_SYMLINKS)
     .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+
+/// Asks the kernel for [`INIT_FLAGS`], plus WRITEBACK_CACHE when `writeback` and
+/// POSIX_ACL + DONT_MASK when `posix_acl`, each only if offered, and for `max_write` (or the
+/// nearest the kernel takes). Returns whether the writeback cache is on. fernfs and the
+/// benchmarks' null file system both negotiate through here, so the kernel treats them alike.
+pub fn negotiate(
+    config: &mut KernelConfig,
+    writeback: bool,
+    posix_acl: bool,
+    max_write: u32,
+) -> bool {
+    let mut wanted = INIT_FLAGS;
+    if writeback {
+        wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    if posix_acl {
+        wanted |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+    }
+    let _ = config.add_capabilities(wanted & config.capabilities());
+    if let Err(nearest) = config.set_max_write(max_write) {
+        let _ = config.set_max_write(nearest);
+    }
+    writeback
+        && config
+            .capabilities()
+            .contains(InitFlags::FUSE_WRITEBACK_CACHE)
+}
 
 impl Handler for FernFuse {
     /// Capabilities, each requested only if the kernel offers it:
@@ -147,28 +178,11 @@ impl Handler for FernFuse {
     ///   mode and ACL in step, as the kernel expects of a FUSE file system with this flag.
     ///   The kernel turns default_permissions on with it, so with `nodefault_permissions` it
     ///   is not requested and `access` checks ACLs here.
-    /// * WRITEBACK_CACHE, only with `-o writeback_cache` (see `MountOptions`).
+    /// * WRITEBACK_CACHE unless `-o no_writeback_cache` (see `MountOptions`).
     /// * max_write 1 MiB (with MAX_PAGES, which fuser requests when offered).
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let mut wanted = INIT_FLAGS;
-        if self.writeback {
-            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        if self.posix_acl {
-            wanted |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-        }
-        let _ = config.add_capabilities(wanted & config.capabilities());
-        if self.writeback
-            && !config
-                .capabilities()
-                .contains(InitFlags::FUSE_WRITEBACK_CACHE)
-        {
-            // The kernel refused: O_APPEND must then be honoured by fern-fs again.
-            self.writeback = false;
-        }
-        if let Err(nearest) = config.set_max_write(self.max_write) {
-            let _ = config.set_max_write(nearest);
-        }
+        // If the kernel refuses the writeback cache, O_APPEND is fern-fs's to honour again.
+        self.writeback = negotiate(config, self.writeback, self.posix_acl, self.max_write);
         Ok(())
     }
 
@@ -179,9 +193,14 @@ impl Handler for FernFuse {
         }
     }
 
+    /// A missing name is cached by the kernel for `negative_ttl` (this mount being the only
+    /// writer of its store; 0 on shared stores: plain ENOENT).
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry<'_>) {
         match self.fs.lookup(ino(parent), name(n)) {
             Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
+            Err(FsError::NotFound) if !self.negative_ttl.is_zero() => {
+                reply.negative(&self.negative_ttl)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -410,18 +429,6 @@ impl Handler for FernFuse {
             }
             Err(e) => reply.error(errno(&e)),
         }
-    }
-
-    /// close(2) of one descriptor: fern-fs buffers nothing per handle, so nothing to do.
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty<'_>,
-    ) {
-        reply.ok();
     }
 
     fn release(

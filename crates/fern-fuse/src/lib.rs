@@ -29,7 +29,7 @@ mod reply;
 mod session;
 pub mod uring;
 
-pub use adapter::{FernFuse, INIT_FLAGS, OPEN_FLAGS};
+pub use adapter::{negotiate, FernFuse, INIT_FLAGS, OPEN_FLAGS};
 pub use handler::{Classic, Handler, Request};
 pub use mount::{
     fusermount_unmount, lazy_unmount, mount_table, top_mount, unescape, KernelMount, MountEntry,

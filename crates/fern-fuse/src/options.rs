@@ -28,11 +28,23 @@ pub struct MountOptions {
     pub entry_ttl: Duration,
     /// How long the kernel may trust attributes (`attr_timeout=SECS`).
     pub attr_ttl: Duration,
-    /// Kernel writeback cache (`writeback_cache`): writes are gathered in the page cache and
-    /// sent in large chunks; the kernel owns size and mtime while a file is cached. Off by
-    /// default because a crash of the *kernel side* can then lose writes that `write(2)`
-    /// already acknowledged to the application until they are flushed (which is also true of
-    /// every local file system, but FUSE users rarely expect it).
+    /// How long the kernel may trust that a name does not exist (`negative_timeout=SECS`; 0:
+    /// never). A failed LOOKUP is answered with an entry of inode 0 and this TTL, which the
+    /// kernel keeps as a negative dentry, so asking again for the same missing name (a stat
+    /// before a create, `git status` probing ignore files, PATH searches) costs no round
+    /// trip. Safe only where this mount is the only writer of its store: the kernel turns the
+    /// negative dentry positive itself when *it* creates the name, but a name another writer
+    /// creates stays invisible here for this long. Shared (etcd) stores use 0
+    /// ([`MountOptions::shared`]).
+    pub negative_ttl: Duration,
+    /// Kernel writeback cache (`writeback_cache`, `no_writeback_cache`): writes are gathered
+    /// in the page cache and sent merged, at close, fsync or writeback; the kernel owns size
+    /// and mtime while a file is cached. On by default for a store this mount alone writes
+    /// (docs/fuse.md, "Kernel caching, choice by choice"): pjdfstest, the fs-suites and the
+    /// kill -9 rounds pass with it, and durability is unchanged — fsync and syncfs write the
+    /// dirty pages before they sync, and what was written but not fsynced may be lost at a
+    /// crash either way. Off for shared stores ([`MountOptions::shared`]): another mount's
+    /// writes would not invalidate pages the kernel caches here.
     pub writeback_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
@@ -122,7 +134,9 @@ impl Default for MountOptions {
             // TTL runs out it could still honour a set-uid bit we dropped (e.g. at execve),
             // so this stays at libfuse's 1 s.
             attr_ttl: Duration::from_secs(1),
-            writeback_cache: false,
+            // The same reasoning as the entry TTL: only this kernel creates names.
+            negative_ttl: Duration::from_secs(3600),
+            writeback_cache: true,
             // Measured with F1 (sequential creates) on the 2-core CI box: 1 loop ~7000-9500
             // files/s, 2 loops ~4400-7000, 4 loops ~1400-3200; with 4 parallel writers 2
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups
@@ -153,6 +167,20 @@ pub enum OptionError {
 }
 
 impl MountOptions {
+    /// The options of a mount whose store other mounts change too (etcd): names and
+    /// attributes are trusted for `ttl` only, missing names are never cached (another mount
+    /// may create them), and no writeback cache (another mount's writes would not reach
+    /// pages cached here). `-o` options applied afterwards still override each.
+    pub fn shared(ttl: Duration) -> Self {
+        MountOptions {
+            entry_ttl: ttl,
+            attr_ttl: ttl,
+            negative_ttl: Duration::ZERO,
+            writeback_cache: false,
+            ..MountOptions::default()
+        }
+    }
+
     /// Applies a comma-separated option string (may be given several times, later wins).
     pub fn parse_into(&mut self, s: &str) -> Result<(), OptionError> {
         for opt in s.split(',').map(str::trim).filter(|o| !o.is_empty()) {
@@ -181,6 +209,7 @@ impl MountOptions {
                 "no_writeback_cache" => self.writeback_cache = false,
                 "entry_timeout" => self.entry_ttl = secs(val)?,
                 "attr_timeout" => self.attr_ttl = secs(val)?,
+                "negative_timeout" => self.negative_ttl = secs(val)?,
                 "threads" => {
                     let n = num(val)?;
                     if !(1..=256).contains(&n) {
@@ -240,11 +269,20 @@ impl MountOptions {
             }
             .into(),
         );
-        if self.writeback_cache {
-            v.push("writeback_cache".into());
-        }
+        v.push(
+            if self.writeback_cache {
+                "writeback_cache"
+            } else {
+                "no_writeback_cache"
+            }
+            .into(),
+        );
         v.push(format!("entry_timeout={}", self.entry_ttl.as_secs_f64()));
         v.push(format!("attr_timeout={}", self.attr_ttl.as_secs_f64()));
+        v.push(format!(
+            "negative_timeout={}",
+            self.negative_ttl.as_secs_f64()
+        ));
         v.push(format!("threads={}", self.threads));
         v.push(format!("transport={}", self.transport.name()));
         v.push(format!("max_write={}", self.max_write));
@@ -359,10 +397,13 @@ mod tests {
     fn parses_and_round_trips() {
         let mut o = MountOptions::default();
         o.parse_into(
-            "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults",
+            "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults,\
+             no_writeback_cache,negative_timeout=0",
         )
         .unwrap();
         assert!(o.read_only && o.allow_other);
+        assert!(!o.writeback_cache);
+        assert_eq!(o.negative_ttl, Duration::ZERO);
         assert_eq!(o.threads, 8);
         assert_eq!(o.cache_size, Some(64 << 20));
         assert_eq!(o.attr_ttl, Duration::from_millis(500));
@@ -381,6 +422,22 @@ mod tests {
         let mut p = MountOptions::default();
         p.parse_into(&o.to_option_string()).unwrap();
         assert_eq!(o, p);
+    }
+
+    #[test]
+    fn shared_stores_cache_no_missing_names_and_no_writes() {
+        let local = MountOptions::default();
+        assert!(local.writeback_cache && local.negative_ttl > Duration::ZERO);
+        let mut o = MountOptions::shared(Duration::from_secs(1));
+        assert!(!o.writeback_cache);
+        assert_eq!(o.negative_ttl, Duration::ZERO);
+        assert_eq!(o.entry_ttl, Duration::from_secs(1));
+        // What the daemon is re-executed with keeps every choice, defaults included.
+        let mut p = MountOptions::default();
+        p.parse_into(&o.to_option_string()).unwrap();
+        assert_eq!(o, p);
+        o.parse_into("writeback_cache").unwrap();
+        assert!(o.writeback_cache, "-o still overrides");
     }
 
     #[test]

@@ -54,6 +54,26 @@ pub(crate) enum Via<'a, F> {
     Ring(Slot<'a>),
 }
 
+/// `struct fuse_write_out` / `fuse_getxattr_out`: a u32 and 4 bytes of padding.
+fn padded_u32(o: &mut Encoder<'_>, v: u32) {
+    o.u32(v);
+    o.u32(0);
+}
+
+impl<'a, F> Via<'a, F> {
+    /// Answers through fuser's reply (`dev`), or encodes the body into the ring entry
+    /// (`ring`) and completes it.
+    fn answer(self, dev: impl FnOnce(F), ring: impl FnOnce(&mut Encoder<'a>)) {
+        match self {
+            Via::Dev(r) => dev(r),
+            Via::Ring(mut s) => {
+                ring(&mut s.out);
+                s.done()
+            }
+        }
+    }
+}
+
 macro_rules! reply_type {
     ($(#[$m:meta])* $name:ident, $fuser:ty) => {
         $(#[$m])*
@@ -136,76 +156,73 @@ reply_type!(
 impl ReplyEmpty<'_> {
     /// Success.
     pub fn ok(self) {
-        match self.0 {
-            Via::Dev(r) => r.ok(),
-            Via::Ring(s) => s.done(),
-        }
+        self.0.answer(|r| r.ok(), |_| {})
     }
 }
 
 impl ReplyData<'_> {
     /// The bytes.
     pub fn data(self, data: &[u8]) {
-        match self.0 {
-            Via::Dev(r) => r.data(data),
-            Via::Ring(mut s) => {
-                s.out.bytes(data);
-                s.done()
-            }
-        }
+        self.0.answer(|r| r.data(data), |o| o.bytes(data))
     }
 }
 
 impl ReplyEntry<'_> {
     /// The entry, cached for `ttl`.
     pub fn entry(self, ttl: &Duration, attr: &FileAttr, generation: Generation) {
-        match self.0 {
-            Via::Dev(r) => r.entry(ttl, attr, generation),
-            Via::Ring(mut s) => {
-                s.out.entry(attr.ino.0, ttl, attr, generation);
-                s.done()
-            }
-        }
+        self.0.answer(
+            |r| r.entry(ttl, attr, generation),
+            |o| o.entry(attr.ino.0, ttl, attr, generation),
+        )
+    }
+}
+
+impl ReplyEntry<'_> {
+    /// No such name, and the kernel may trust that for `ttl`: an entry of inode 0, which it
+    /// keeps as a negative dentry (a plain ENOENT is forgotten at once).
+    pub fn negative(self, ttl: &Duration) {
+        let t = std::time::UNIX_EPOCH;
+        let none = FileAttr {
+            ino: INodeNo(0),
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: FileType::RegularFile,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+            flags: 0,
+        };
+        self.entry(ttl, &none, Generation(0))
     }
 }
 
 impl ReplyAttr<'_> {
     /// The attributes, cached for `ttl`.
     pub fn attr(self, ttl: &Duration, attr: &FileAttr) {
-        match self.0 {
-            Via::Dev(r) => r.attr(ttl, attr),
-            Via::Ring(mut s) => {
-                s.out.attr_out(ttl, attr);
-                s.done()
-            }
-        }
+        self.0
+            .answer(|r| r.attr(ttl, attr), |o| o.attr_out(ttl, attr))
     }
 }
 
 impl ReplyOpen<'_> {
     /// The handle and its open flags.
     pub fn opened(self, fh: FileHandle, flags: FopenFlags) {
-        match self.0 {
-            Via::Dev(r) => r.opened(fh, flags),
-            Via::Ring(mut s) => {
-                s.out.open_out(fh.0, flags.bits());
-                s.done()
-            }
-        }
+        self.0
+            .answer(|r| r.opened(fh, flags), |o| o.open_out(fh.0, flags.bits()))
     }
 }
 
 impl ReplyWrite<'_> {
     /// `size` bytes were written.
     pub fn written(self, size: u32) {
-        match self.0 {
-            Via::Dev(r) => r.written(size),
-            Via::Ring(mut s) => {
-                s.out.u32(size);
-                s.out.u32(0);
-                s.done()
-            }
-        }
+        self.0.answer(|r| r.written(size), |o| padded_u32(o, size))
     }
 }
 
@@ -223,44 +240,30 @@ impl ReplyStatfs<'_> {
         namelen: u32,
         frsize: u32,
     ) {
-        match self.0 {
-            Via::Dev(r) => r.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize),
-            Via::Ring(mut s) => {
+        self.0.answer(
+            |r| r.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize),
+            |o| {
                 for v in [blocks, bfree, bavail, files, ffree] {
-                    s.out.u64(v);
+                    o.u64(v);
                 }
                 for v in [bsize, namelen, frsize, 0] {
-                    s.out.u32(v);
+                    o.u32(v);
                 }
-                s.out.zeros(24);
-                s.done()
-            }
-        }
+                o.zeros(24);
+            },
+        )
     }
 }
 
 impl ReplyXattr<'_> {
     /// The size the caller must allocate (a request with size 0).
     pub fn size(self, size: u32) {
-        match self.0 {
-            Via::Dev(r) => r.size(size),
-            Via::Ring(mut s) => {
-                s.out.u32(size);
-                s.out.u32(0);
-                s.done()
-            }
-        }
+        self.0.answer(|r| r.size(size), |o| padded_u32(o, size))
     }
 
     /// The value or name list.
     pub fn data(self, data: &[u8]) {
-        match self.0 {
-            Via::Dev(r) => r.data(data),
-            Via::Ring(mut s) => {
-                s.out.bytes(data);
-                s.done()
-            }
-        }
+        self.0.answer(|r| r.data(data), |o| o.bytes(data))
     }
 }
 
@@ -274,14 +277,13 @@ impl ReplyCreate<'_> {
         fh: FileHandle,
         flags: FopenFlags,
     ) {
-        match self.0 {
-            Via::Dev(r) => r.created(ttl, attr, generation, fh, flags),
-            Via::Ring(mut s) => {
-                s.out.entry(attr.ino.0, ttl, attr, generation);
-                s.out.open_out(fh.0, flags.bits());
-                s.done()
-            }
-        }
+        self.0.answer(
+            |r| r.created(ttl, attr, generation, fh, flags),
+            |o| {
+                o.entry(attr.ino.0, ttl, attr, generation);
+                o.open_out(fh.0, flags.bits());
+            },
+        )
     }
 }
 
@@ -306,10 +308,7 @@ impl ReplyDirectory<'_> {
 
     /// Sends what was added.
     pub fn ok(self) {
-        match self.0 {
-            Via::Dev(r) => r.ok(),
-            Via::Ring(s) => s.done(),
-        }
+        self.0.answer(|r| r.ok(), |_| {})
     }
 }
 
@@ -343,9 +342,6 @@ impl ReplyDirectoryPlus<'_> {
 
     /// Sends what was added.
     pub fn ok(self) {
-        match self.0 {
-            Via::Dev(r) => r.ok(),
-            Via::Ring(s) => s.done(),
-        }
+        self.0.answer(|r| r.ok(), |_| {})
     }
 }

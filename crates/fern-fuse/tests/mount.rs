@@ -114,6 +114,31 @@ fn list_xattr(p: &Path) -> std::io::Result<Vec<String>> {
         .collect())
 }
 
+/// What every test here starts from: a scratch directory holding an empty mount point
+/// (`mnt`, reachable by every user), its watchdog, and a freshly formatted memory store.
+struct Scratch {
+    _tmp: tempfile::TempDir,
+    mp: std::path::PathBuf,
+    _dog: Watchdog,
+    kv: Arc<dyn KvStore>,
+}
+
+fn scratch(limit: Duration) -> Scratch {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let mp = tmp.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let dog = Watchdog::new(&mp, limit);
+    let kv: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
+    Fs::mkfs(&*kv, MkfsOptions::default()).unwrap();
+    Scratch {
+        _tmp: tmp,
+        mp,
+        _dog: dog,
+        kv,
+    }
+}
+
 fn mount(kv: &Arc<dyn KvStore>, mp: &Path) -> Mounted {
     let fs = Arc::new(Fs::mount(kv.clone()).expect("fern-fs mount"));
     Mounted::spawn(fs, mp, &MountOptions::default()).expect("FUSE mount")
@@ -133,13 +158,8 @@ fn posix_operations_through_a_real_mount_persist_across_remount() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mp = tmp.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
-
-    let kv: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
-    Fs::mkfs(&*kv, MkfsOptions::default()).unwrap();
+    let s = scratch(Duration::from_secs(120));
+    let (mp, kv) = (s.mp.clone(), s.kv.clone());
     let m = mount(&kv, &mp);
 
     // Files: create, write, read back, append, truncate (shrink and extend).
@@ -284,12 +304,8 @@ fn concurrent_clients_in_one_directory() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mp = tmp.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
-    let kv: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
-    Fs::mkfs(&*kv, MkfsOptions::default()).unwrap();
+    let s = scratch(Duration::from_secs(120));
+    let (mp, kv) = (s.mp.clone(), s.kv.clone());
     let fs = Arc::new(Fs::mount(kv.clone()).unwrap());
     let opts = MountOptions {
         threads: 4,
@@ -428,14 +444,9 @@ fn killpriv_v2_unprivileged_modification_drops_set_id_bits_and_capabilities() {
     if skipped(Need::Fuse, fuse_as_root()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    // nobody must reach the mount point.
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let mp = tmp.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
-    let mem: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
-    Fs::mkfs(&*mem, MkfsOptions::default()).unwrap();
+    // nobody must reach the mount point (`scratch` makes it reachable).
+    let s = scratch(Duration::from_secs(120));
+    let (mp, mem) = (s.mp.clone(), s.kv.clone());
     let xattr = mem.tree("fs.xattr").unwrap();
     let counted = Arc::new(CapsReads {
         inner: mem,
@@ -551,12 +562,8 @@ fn open_rdonly_trunc_of_a_running_executable_is_etxtbsy_and_harmless() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mp = tmp.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    let _dog = Watchdog::new(&mp, Duration::from_secs(120));
-    let kv: Arc<dyn KvStore> = Arc::new(MemStore::new(fern_fs::registry()));
-    Fs::mkfs(&*kv, MkfsOptions::default()).unwrap();
+    let s = scratch(Duration::from_secs(120));
+    let (mp, kv) = (s.mp.clone(), s.kv.clone());
     let m = mount(&kv, &mp);
     let sleep = fs::read("/bin/sleep").unwrap();
     for round in 0..5 {
@@ -596,4 +603,43 @@ fn open_rdonly_trunc_of_a_running_executable_is_etxtbsy_and_harmless() {
         .unwrap();
     assert_eq!(fs::metadata(&f).unwrap().len(), 0);
     m.unmount().unwrap();
+}
+
+/// A failed LOOKUP is cached by the kernel as a negative entry for the mount's `negative_ttl`
+/// (docs/fuse.md, "Kernel caching"): a name that appears behind the kernel's back — created
+/// through the library here, as another writer of a shared store would — stays invisible
+/// until the TTL runs out, which is right only for a store this mount alone writes. With
+/// `negative_timeout=0` (shared stores, `MountOptions::shared`) it is seen at once. A name
+/// the kernel creates itself is never hidden: it turns the negative entry positive.
+#[test]
+fn missing_names_are_cached_only_where_the_mount_is_the_only_writer() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    for (opts, cached) in [
+        (MountOptions::default(), true),
+        (MountOptions::shared(Duration::from_secs(3600)), false),
+    ] {
+        let s = scratch(Duration::from_secs(60));
+        let mp = &s.mp;
+        let fs = Arc::new(Fs::mount(s.kv.clone()).expect("fern-fs mount"));
+        let m = Mounted::spawn(fs.clone(), mp, &opts).expect("FUSE mount");
+
+        assert!(fs::symlink_metadata(mp.join("late")).is_err());
+        let root = fern_fs::perm::Cred::root();
+        let a = fs
+            .mkdir(&root, fern_fs::InodeId::ROOT, b"late", 0o755)
+            .unwrap();
+        fs.forget(a.ino, 1);
+        assert_eq!(
+            fs::symlink_metadata(mp.join("late")).is_ok(),
+            !cached,
+            "negative entry cached: {cached}"
+        );
+        // The kernel's own create through a cached negative entry.
+        assert!(fs::symlink_metadata(mp.join("mine")).is_err());
+        fs::write(mp.join("mine"), b"x").unwrap();
+        assert_eq!(fs::read(mp.join("mine")).unwrap(), b"x");
+        m.unmount().unwrap();
+    }
 }

@@ -11,11 +11,12 @@
 //!
 //! Honesty: it is mounted with fern-fuse's own [`fern_fuse::MountOptions`] defaults (mount
 //! options, request threads, cloned descriptors, entry/attr TTLs, max_write), asks for the same
-//! init capabilities (parallel dirops, readdirplus auto, cached symlinks, HANDLE_KILLPRIV_V2;
-//! not ATOMIC_O_TRUNC; not POSIX_ACL, as it keeps no ACLs) and opens files with the same flags (KEEP_CACHE, NOFLUSH) as the fernfs
-//! adapter, so the kernel caches and round-trips exactly as much for it as for a fernfs mount.
-//! Both are fern-fuse's own constants (`fern_fuse::INIT_FLAGS`, `fern_fuse::OPEN_FLAGS`), so
-//! they cannot drift apart. It runs on either transport (`-o transport=` of fernfs; here the
+//! init capabilities (parallel dirops, readdirplus auto, cached symlinks, HANDLE_KILLPRIV_V2,
+//! the writeback cache; not ATOMIC_O_TRUNC; not POSIX_ACL, as it keeps no ACLs), caches
+//! missing names as negative entries, leaves FLUSH unimplemented and opens files with the
+//! same flags (KEEP_CACHE, NOFLUSH) as the fernfs adapter, so the kernel caches and
+//! round-trips exactly as much for it as for a fernfs mount. Both go through fern-fuse's own
+//! code (`fern_fuse::negotiate`, `fern_fuse::OPEN_FLAGS`), so they cannot drift apart. It runs on either transport (`-o transport=` of fernfs; here the
 //! `--transport` of `fernfs bench null-fuse`), through the same fern-fuse code as fernfs.
 //! It is mounted the way fernfs is (fern-fuse's `KernelMount`: type `fuse.fernfs`, source
 //! `null-fuse`), so it too unmounts only its own mount.
@@ -260,6 +261,8 @@ pub struct NullFs {
     state: Arc<Mutex<State>>,
     entry_ttl: Duration,
     attr_ttl: Duration,
+    negative_ttl: Duration,
+    writeback: bool,
     max_write: u32,
 }
 
@@ -270,22 +273,23 @@ fn bytes(n: &OsStr) -> &[u8] {
 }
 
 impl Handler for NullFs {
-    /// fern-fuse's capabilities (`fern_fuse::INIT_FLAGS`; without writeback cache, its
-    /// default), each only if the kernel offers it. KILLPRIV_V2 matters for writes: without it
-    /// the kernel asks for `security.capability` before every write, one more round trip.
+    /// fern-fuse's capabilities and writeback choice (`fern_fuse::negotiate`; no POSIX ACLs,
+    /// as it keeps none), each only if the kernel offers it. KILLPRIV_V2 matters for writes:
+    /// without it the kernel asks for `security.capability` before every write.
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let _ = config.add_capabilities(fern_fuse::INIT_FLAGS & config.capabilities());
-        if let Err(nearest) = config.set_max_write(self.max_write) {
-            let _ = config.set_max_write(nearest);
-        }
+        fern_fuse::negotiate(config, self.writeback, false, self.max_write);
         Ok(())
     }
 
+    /// Missing names are cached as fernfs caches them (negative entries).
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry<'_>) {
         let s = self.state.lock();
         match s.child(parent.0, bytes(n)).map(|i| s.attr(i)) {
             Ok(Some(a)) => reply.entry(&self.entry_ttl, &a, GEN),
             Ok(None) => reply.error(Errno::EIO),
+            Err(e) if e == Errno::ENOENT && !self.negative_ttl.is_zero() => {
+                reply.negative(&self.negative_ttl)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -550,17 +554,6 @@ impl Handler for NullFs {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty<'_>,
-    ) {
-        reply.ok();
-    }
-
     fn release(
         &self,
         _req: &Request,
@@ -785,6 +778,8 @@ fn mount_null(
         state: state.clone(),
         entry_ttl: opts.entry_ttl,
         attr_ttl: opts.attr_ttl,
+        negative_ttl: opts.negative_ttl,
+        writeback: opts.writeback_cache,
         max_write: opts.max_write,
     };
     let status = fern_fuse::uring::TransportStatus::new(transport);

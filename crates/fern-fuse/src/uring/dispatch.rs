@@ -66,6 +66,19 @@ fn fh(f: &Fields<'_>, off: usize) -> Option<FileHandle> {
     f.u64(off).map(FileHandle)
 }
 
+/// `struct fuse_read_in` / `fuse_write_in`, which share a layout: fh, offset, size, the
+/// op's own flags, lock_owner, open flags.
+fn io_in(f: &Fields<'_>) -> Option<(FileHandle, u64, u32, u32, u64, u32)> {
+    Some((
+        fh(f, 0)?,
+        f.u64(8)?,
+        f.u32(16)?,
+        f.u32(20)?,
+        f.u64(24)?,
+        f.u32(32)?,
+    ))
+}
+
 fn run<H: Handler>(
     h: &H,
     r: &Request,
@@ -191,14 +204,7 @@ fn run<H: Handler>(
             }
         }
         abi::READ => {
-            let (fh_, offset, size, rflags, owner, flags) = (
-                need!(fh(&f, 0), slot),
-                need!(f.u64(8), slot),
-                need!(f.u32(16), slot),
-                need!(f.u32(20), slot),
-                need!(f.u64(24), slot),
-                need!(f.u32(32), slot),
-            );
+            let (fh_, offset, size, rflags, owner, flags) = need!(io_in(&f), slot);
             let owner = (rflags & abi::READ_LOCKOWNER != 0).then_some(LockOwner(owner));
             let flags = OpenFlags(flags as i32);
             h.read(
@@ -213,14 +219,7 @@ fn run<H: Handler>(
             )
         }
         abi::WRITE => {
-            let (fh_, offset, size, wflags, owner, flags) = (
-                need!(fh(&f, 0), slot),
-                need!(f.u64(8), slot),
-                need!(f.u32(16), slot),
-                need!(f.u32(20), slot),
-                need!(f.u64(24), slot),
-                need!(f.u32(32), slot),
-            );
+            let (fh_, offset, size, wflags, owner, flags) = need!(io_in(&f), slot);
             let data = need!(payload.get(..size as usize), slot);
             let owner = (wflags & abi::WRITE_LOCKOWNER != 0).then_some(LockOwner(owner));
             h.write(

@@ -64,14 +64,14 @@ pub struct UmountArgs {
     pub lazy: bool,
 }
 
-/// The options of a mount of `target`: an etcd mount starts from short TTLs, since other
-/// mounts change what the kernel caches (docs/distributed.md §7); `-o` overrides either.
+/// The options of a mount of `target`: an etcd mount starts from short TTLs, no negative
+/// entries and no writeback cache, since other mounts change what the kernel caches
+/// (docs/distributed.md §7; `MountOptions::shared`); `-o` overrides each.
 fn parse_options(target: &Path, list: &[String]) -> Result<MountOptions, CmdError> {
-    let mut o = MountOptions::default();
-    if super::etcd::url(target).is_some() {
-        o.entry_ttl = super::etcd::SHARED_TTL;
-        o.attr_ttl = super::etcd::SHARED_TTL;
-    }
+    let mut o = match super::etcd::url(target) {
+        Some(_) => MountOptions::shared(super::etcd::SHARED_TTL),
+        None => MountOptions::default(),
+    };
     for s in list {
         o.parse_into(s)?;
     }
