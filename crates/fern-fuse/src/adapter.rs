@@ -120,7 +120,7 @@ pub const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags
 
 /// The capabilities asked for in INIT, each only if the kernel offers it (see `init`);
 /// null-fuse asks for the same ([`negotiate`]), which adds POSIX_ACL + DONT_MASK (with
-/// `default_permissions`) and WRITEBACK_CACHE (unless turned off) per mount.
+/// `default_permissions`) and WRITEBACK_CACHE (when asked for) per mount.
 pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
     .union(InitFlags::FUSE_DO_READDIRPLUS)
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
@@ -178,7 +178,8 @@ impl Handler for FernFuse {
     ///   mode and ACL in step, as the kernel expects of a FUSE file system with this flag.
     ///   The kernel turns default_permissions on with it, so with `nodefault_permissions` it
     ///   is not requested and `access` checks ACLs here.
-    /// * WRITEBACK_CACHE unless `-o no_writeback_cache` (see `MountOptions`).
+    /// * WRITEBACK_CACHE only with `-o writeback_cache` (see `MountOptions` for why not by
+    ///   default).
     /// * max_write 1 MiB (with MAX_PAGES, which fuser requests when offered).
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // If the kernel refuses the writeback cache, O_APPEND is fern-fs's to honour again.

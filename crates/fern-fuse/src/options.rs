@@ -39,12 +39,14 @@ pub struct MountOptions {
     pub negative_ttl: Duration,
     /// Kernel writeback cache (`writeback_cache`, `no_writeback_cache`): writes are gathered
     /// in the page cache and sent merged, at close, fsync or writeback; the kernel owns size
-    /// and mtime while a file is cached. On by default for a store this mount alone writes
-    /// (docs/fuse.md, "Kernel caching, choice by choice"): pjdfstest, the fs-suites and the
-    /// kill -9 rounds pass with it, and durability is unchanged — fsync and syncfs write the
-    /// dirty pages before they sync, and what was written but not fsynced may be lost at a
-    /// crash either way. Off for shared stores ([`MountOptions::shared`]): another mount's
-    /// writes would not invalidate pages the kernel caches here.
+    /// and mtime while a file is cached. Off by default, because measured request counts
+    /// (docs/fuse.md, "Kernel caching, choice by choice") show it costs round trips on
+    /// fernfs's workloads rather than saving them: a write smaller than a page into a page
+    /// not cached becomes a READ of that page first (F5's 5,000 blind 575-byte writes became
+    /// 5,520 READs + 4,445 WRITEs — fern-fs's writes never read), and every written or
+    /// unlinked file gets one more SETATTR when the kernel writes back its times (F1: 6
+    /// requests per file instead of 5). Never on for shared stores ([`MountOptions::shared`]):
+    /// another mount's writes would not invalidate pages the kernel caches here.
     pub writeback_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
@@ -136,7 +138,7 @@ impl Default for MountOptions {
             attr_ttl: Duration::from_secs(1),
             // The same reasoning as the entry TTL: only this kernel creates names.
             negative_ttl: Duration::from_secs(3600),
-            writeback_cache: true,
+            writeback_cache: false,
             // Measured with F1 (sequential creates) on the 2-core CI box: 1 loop ~7000-9500
             // files/s, 2 loops ~4400-7000, 4 loops ~1400-3200; with 4 parallel writers 2
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups
@@ -398,11 +400,11 @@ mod tests {
         let mut o = MountOptions::default();
         o.parse_into(
             "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults,\
-             no_writeback_cache,negative_timeout=0",
+             writeback_cache,negative_timeout=0",
         )
         .unwrap();
         assert!(o.read_only && o.allow_other);
-        assert!(!o.writeback_cache);
+        assert!(o.writeback_cache);
         assert_eq!(o.negative_ttl, Duration::ZERO);
         assert_eq!(o.threads, 8);
         assert_eq!(o.cache_size, Some(64 << 20));
@@ -427,7 +429,7 @@ mod tests {
     #[test]
     fn shared_stores_cache_no_missing_names_and_no_writes() {
         let local = MountOptions::default();
-        assert!(local.writeback_cache && local.negative_ttl > Duration::ZERO);
+        assert!(local.negative_ttl > Duration::ZERO);
         let mut o = MountOptions::shared(Duration::from_secs(1));
         assert!(!o.writeback_cache);
         assert_eq!(o.negative_ttl, Duration::ZERO);

@@ -12,7 +12,7 @@
 //! Honesty: it is mounted with fern-fuse's own [`fern_fuse::MountOptions`] defaults (mount
 //! options, request threads, cloned descriptors, entry/attr TTLs, max_write), asks for the same
 //! init capabilities (parallel dirops, readdirplus auto, cached symlinks, HANDLE_KILLPRIV_V2,
-//! the writeback cache; not ATOMIC_O_TRUNC; not POSIX_ACL, as it keeps no ACLs), caches
+//! the writeback cache when fern-fuse's defaults have it; not ATOMIC_O_TRUNC; not POSIX_ACL, as it keeps no ACLs), caches
 //! missing names as negative entries, leaves FLUSH unimplemented and opens files with the
 //! same flags (KEEP_CACHE, NOFLUSH) as the fernfs adapter, so the kernel caches and
 //! round-trips exactly as much for it as for a fernfs mount. Both go through fern-fuse's own
