@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fern_fs::perm::Cred;
-use fern_fs::{Fh, Fs, FsError, InodeId, SetAttr};
+use fern_fs::{Attr, Fh, Fs, FsError, FsResult, InodeId, SetAttr};
 use fuser::{
     AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, TimeOrNow, WriteFlags,
@@ -154,6 +154,40 @@ pub fn negotiate(
             .contains(InitFlags::FUSE_WRITEBACK_CACHE)
 }
 
+impl FernFuse {
+    /// Answers with the entry fern-fs returned (pinned there: one kernel lookup).
+    fn entry(&self, reply: ReplyEntry<'_>, r: FsResult<Attr>) {
+        match r {
+            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Answers with the attributes fern-fs returned.
+    fn attr(&self, reply: ReplyAttr<'_>, r: FsResult<Attr>) {
+        match r {
+            Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+/// Answers an operation that returns nothing but success or its error.
+fn done(reply: ReplyEmpty<'_>, r: FsResult<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// Answers with the bytes fern-fs returned.
+fn data(reply: ReplyData<'_>, r: FsResult<Vec<u8>>) {
+    match r {
+        Ok(d) => reply.data(&d),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
 impl Handler for FernFuse {
     /// Capabilities, each requested only if the kernel offers it:
     /// * PARALLEL_DIROPS: lookups and readdirs in one directory run concurrently (fern-fs
@@ -211,10 +245,7 @@ impl Handler for FernFuse {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr<'_>) {
-        match self.fs.getattr(ino(i)) {
-            Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.attr(reply, self.fs.getattr(ino(i)))
     }
 
     /// A truncate by a non-root caller and every chown of a non-directory also drop set-id
@@ -248,21 +279,15 @@ impl Handler for FernFuse {
         };
         let chown = uid.is_some() || gid.is_some();
         let kills = chown || (size.is_some() && req.uid() != 0);
-        match self.fs.setattr_as(&cred(req), ino(i), &sa) {
-            Ok(a) if kills && a.kind != fern_fs::FileType::Directory => {
-                killpriv::drop_caps(&self.fs, ino(i));
-                reply.attr(&self.attr_ttl, &file_attr(&a))
-            }
-            Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+        let r = self.fs.setattr_as(&cred(req), ino(i), &sa);
+        if matches!(&r, Ok(a) if kills && a.kind != fern_fs::FileType::Directory) {
+            killpriv::drop_caps(&self.fs, ino(i));
         }
+        self.attr(reply, r)
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData<'_>) {
-        match self.fs.readlink(ino(i)) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(&e)),
-        }
+        data(reply, self.fs.readlink(ino(i)))
     }
 
     /// `mode` arrives without the umask under FUSE_DONT_MASK; fern-fs applies `umask` unless
@@ -278,13 +303,11 @@ impl Handler for FernFuse {
         reply: ReplyEntry<'_>,
     ) {
         let who = creator(req, umask);
-        match self
-            .fs
-            .mknod(&who, ino(parent), name(n), mode, u64::from(rdev))
-        {
-            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.entry(
+            reply,
+            self.fs
+                .mknod(&who, ino(parent), name(n), mode, u64::from(rdev)),
+        )
     }
 
     fn mkdir(
@@ -296,27 +319,19 @@ impl Handler for FernFuse {
         umask: u32,
         reply: ReplyEntry<'_>,
     ) {
-        match self
-            .fs
-            .mkdir(&creator(req, umask), ino(parent), name(n), mode & 0o7777)
-        {
-            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.entry(
+            reply,
+            self.fs
+                .mkdir(&creator(req, umask), ino(parent), name(n), mode & 0o7777),
+        )
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
-        match self.fs.unlink(ino(parent), name(n)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.fs.unlink(ino(parent), name(n)))
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
-        match self.fs.rmdir(ino(parent), name(n)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.fs.rmdir(ino(parent), name(n)))
     }
 
     fn symlink(
@@ -328,13 +343,11 @@ impl Handler for FernFuse {
         reply: ReplyEntry<'_>,
     ) {
         let target = target.as_os_str().as_bytes();
-        match self
-            .fs
-            .symlink(&cred(req), ino(parent), name(link_name), target)
-        {
-            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.entry(
+            reply,
+            self.fs
+                .symlink(&cred(req), ino(parent), name(link_name), target),
+        )
     }
 
     /// RENAME_WHITEOUT (overlayfs) is passed on by the kernel (which has checked CAP_MKNOD)
@@ -349,17 +362,17 @@ impl Handler for FernFuse {
         flags: RenameFlags,
         reply: ReplyEmpty<'_>,
     ) {
-        match self.fs.rename_as(
-            &cred(req),
-            ino(parent),
-            name(n),
-            ino(newparent),
-            name(newname),
-            flags.bits(),
-        ) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(
+            reply,
+            self.fs.rename_as(
+                &cred(req),
+                ino(parent),
+                name(n),
+                ino(newparent),
+                name(newname),
+                flags.bits(),
+            ),
+        )
     }
 
     fn link(
@@ -370,10 +383,7 @@ impl Handler for FernFuse {
         newname: &OsStr,
         reply: ReplyEntry<'_>,
     ) {
-        match self.fs.link(ino(i), ino(newparent), name(newname)) {
-            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.entry(reply, self.fs.link(ino(i), ino(newparent), name(newname)))
     }
 
     /// Opened on behalf of the caller: writes and O_TRUNC through a handle a non-root caller
@@ -457,10 +467,7 @@ impl Handler for FernFuse {
         datasync: bool,
         reply: ReplyEmpty<'_>,
     ) {
-        match self.fs.fsync(ino(i), datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.fs.fsync(ino(i), datasync))
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen<'_>) {
@@ -563,24 +570,19 @@ impl Handler for FernFuse {
         _flags: OpenFlags,
         reply: ReplyEmpty<'_>,
     ) {
-        match self.fs.releasedir(fh(f)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.fs.releasedir(fh(f)))
     }
 
+    /// The whole store is made durable by either (one ordered log), as for `fsync`.
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         i: INodeNo,
-        _fh: FileHandle,
+        f: FileHandle,
         datasync: bool,
         reply: ReplyEmpty<'_>,
     ) {
-        match self.fs.fsync(ino(i), datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.fsync(req, i, f, datasync, reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs<'_>) {
@@ -605,10 +607,10 @@ impl Handler for FernFuse {
         if is_stats_xattr(i, n) {
             return reply.error(libc_eperm());
         }
-        match self.fs.setxattr(ino(i), name(n), value, flags as u32) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(
+            reply,
+            self.fs.setxattr(ino(i), name(n), value, flags as u32),
+        )
     }
 
     /// `size == 0` asks for the length only; a value longer than `size` is ERANGE. The root's
@@ -654,10 +656,10 @@ impl Handler for FernFuse {
 
     /// Only sent without default_permissions (access(2), and execve's checks): mode and ACL.
     fn access(&self, req: &Request, i: INodeNo, mask: AccessFlags, reply: ReplyEmpty<'_>) {
-        match self.fs.access(&cred(req), ino(i), mask.bits() as u32 & 7) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(
+            reply,
+            self.fs.access(&cred(req), ino(i), mask.bits() as u32 & 7),
+        )
     }
 
     fn create(

@@ -272,6 +272,28 @@ fn bytes(n: &OsStr) -> &[u8] {
     n.as_bytes()
 }
 
+impl NullFs {
+    /// A new file (or directory) `parent/n` owned by the caller.
+    fn add(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        dir: bool,
+        mode: u32,
+    ) -> std::result::Result<FileAttr, Errno> {
+        let node = Node::new(dir, (mode & 0o7777) as u16, parent.0, req.uid(), req.gid());
+        self.state.lock().add(parent.0, bytes(n), node)
+    }
+
+    fn entry(&self, reply: ReplyEntry<'_>, r: std::result::Result<FileAttr, Errno>) {
+        match r {
+            Ok(a) => reply.entry(&self.entry_ttl, &a, GEN),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
 impl Handler for NullFs {
     /// fern-fuse's capabilities and writeback choice (`fern_fuse::negotiate`; no POSIX ACLs,
     /// as it keeps none), each only if the kernel offers it. KILLPRIV_V2 matters for writes:
@@ -375,17 +397,7 @@ impl Handler for NullFs {
         _rdev: u32,
         reply: ReplyEntry<'_>,
     ) {
-        let node = Node::new(
-            false,
-            (mode & 0o7777) as u16,
-            parent.0,
-            req.uid(),
-            req.gid(),
-        );
-        match self.state.lock().add(parent.0, bytes(n), node) {
-            Ok(a) => reply.entry(&self.entry_ttl, &a, GEN),
-            Err(e) => reply.error(e),
-        }
+        self.entry(reply, self.add(req, parent, n, false, mode))
     }
 
     fn mkdir(
@@ -397,11 +409,7 @@ impl Handler for NullFs {
         _umask: u32,
         reply: ReplyEntry<'_>,
     ) {
-        let node = Node::new(true, (mode & 0o7777) as u16, parent.0, req.uid(), req.gid());
-        match self.state.lock().add(parent.0, bytes(n), node) {
-            Ok(a) => reply.entry(&self.entry_ttl, &a, GEN),
-            Err(e) => reply.error(e),
-        }
+        self.entry(reply, self.add(req, parent, n, true, mode))
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty<'_>) {
@@ -429,10 +437,10 @@ impl Handler for NullFs {
         let mut node = Node::new(false, 0o777, parent.0, req.uid(), req.gid());
         node.symlink = Some(target.as_os_str().as_bytes().to_vec());
         node.size = target.as_os_str().len() as u64;
-        match self.state.lock().add(parent.0, bytes(link_name), node) {
-            Ok(a) => reply.entry(&self.entry_ttl, &a, GEN),
-            Err(e) => reply.error(e),
-        }
+        self.entry(
+            reply,
+            self.state.lock().add(parent.0, bytes(link_name), node),
+        )
     }
 
     /// Moves the entry (replacing a file, or an empty directory, at the new name).
@@ -726,14 +734,7 @@ impl Handler for NullFs {
         _flags: i32,
         reply: ReplyCreate<'_>,
     ) {
-        let node = Node::new(
-            false,
-            (mode & 0o7777) as u16,
-            parent.0,
-            req.uid(),
-            req.gid(),
-        );
-        match self.state.lock().add(parent.0, bytes(n), node) {
+        match self.add(req, parent, n, false, mode) {
             Ok(a) => reply.created(&self.entry_ttl, &a, GEN, FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(e),
         }
