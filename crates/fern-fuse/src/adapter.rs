@@ -488,18 +488,10 @@ impl Handler for FernFuse {
         offset: u64,
         mut reply: ReplyDirectory<'_>,
     ) {
-        let dir = ino(i);
-        if offset < 1 && reply.add(i, 1, fuser::FileType::Directory, ".") {
-            return reply.ok();
-        }
-        if offset < 2 {
-            let parent = match self.fs.parent_of(dir) {
-                Ok(p) => p,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            if reply.add(INodeNo(parent.0), 2, fuser::FileType::Directory, "..") {
-                return reply.ok();
-            }
+        let parent = || self.fs.parent_of(ino(i)).map(|p| INodeNo(p.0));
+        match reply.add_dots(offset, i, || parent().map_err(|e| errno(&e))) {
+            Ok(false) => {}
+            full_or_failed => return reply.end(full_or_failed),
         }
         let filled = self
             .fs
@@ -507,10 +499,7 @@ impl Handler for FernFuse {
                 let n = OsStr::from_bytes(&e.name);
                 reply.add(INodeNo(e.ino.0), off + 2, kind(e.kind), n)
             });
-        match filled {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply.end(filled.map_err(|e| errno(&e)))
     }
 
     /// As `readdir`, with attributes, filled until the kernel's buffer is full. The kernel
@@ -525,23 +514,20 @@ impl Handler for FernFuse {
         mut reply: ReplyDirectoryPlus<'_>,
     ) {
         let dir = ino(i);
-        for (off, n) in [(1u64, "."), (2, "..")] {
-            if offset >= off {
-                continue;
-            }
+        let dot = |off| {
             let target = if off == 1 {
                 Ok(dir)
             } else {
                 self.fs.parent_of(dir)
             };
-            let attr = match target.and_then(|t| self.fs.getattr(t)) {
-                Ok(a) => a,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            let fa = file_attr(&attr);
-            if reply.add(fa.ino, off, n, &self.entry_ttl, &fa, GEN) {
-                return reply.ok();
-            }
+            target
+                .and_then(|t| self.fs.getattr(t))
+                .map(|a| file_attr(&a))
+                .map_err(|e| errno(&e))
+        };
+        match reply.add_dots(offset, &self.entry_ttl, dot) {
+            Ok(false) => {}
+            full_or_failed => return reply.end(full_or_failed),
         }
         let filled = self
             .fs
@@ -556,10 +542,7 @@ impl Handler for FernFuse {
                 let fa = file_attr(a);
                 reply.add(INodeNo(e.ino.0), off + 2, n, &self.entry_ttl, &fa, GEN)
             });
-        match filled {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply.end(filled.map_err(|e| errno(&e)))
     }
 
     fn releasedir(

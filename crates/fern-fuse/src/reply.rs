@@ -288,6 +288,29 @@ impl ReplyCreate<'_> {
 }
 
 impl ReplyDirectory<'_> {
+    /// Adds `.` (offset 1) and `..` (offset 2) where a listing resuming after `offset` has
+    /// not yet passed them; fern-fuse's listings number their own entries from 3. `parent`
+    /// is asked only when `..` is due. `Ok(true)`: the kernel's buffer is full.
+    pub fn add_dots(
+        &mut self,
+        offset: u64,
+        dir: INodeNo,
+        parent: impl FnOnce() -> Result<INodeNo, Errno>,
+    ) -> Result<bool, Errno> {
+        if offset < 1 && self.add(dir, 1, FileType::Directory, ".") {
+            return Ok(true);
+        }
+        Ok(offset < 2 && self.add(parent()?, 2, FileType::Directory, ".."))
+    }
+
+    /// Sends what was added, or the error.
+    pub fn end<T>(self, r: Result<T, Errno>) {
+        match r {
+            Ok(_) => self.ok(),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// Adds an entry; true when the kernel's buffer is full (the entry was not added).
     pub fn add<T: AsRef<OsStr>>(
         &mut self,
@@ -313,6 +336,33 @@ impl ReplyDirectory<'_> {
 }
 
 impl ReplyDirectoryPlus<'_> {
+    /// As [`ReplyDirectory::add_dots`], with the attributes `attr(offset)` gives for `.`
+    /// (offset 1) and `..` (offset 2); the kernel counts no lookup for either.
+    pub fn add_dots(
+        &mut self,
+        offset: u64,
+        ttl: &Duration,
+        mut attr: impl FnMut(u64) -> Result<FileAttr, Errno>,
+    ) -> Result<bool, Errno> {
+        for (off, name) in [(1u64, "."), (2, "..")] {
+            if offset < off {
+                let a = attr(off)?;
+                if self.add(a.ino, off, name, ttl, &a, Generation(0)) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Sends what was added, or the error.
+    pub fn end<T>(self, r: Result<T, Errno>) {
+        match r {
+            Ok(_) => self.ok(),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// Adds an entry with its attributes; true when the kernel's buffer is full (the entry
     /// was not added).
     pub fn add<T: AsRef<OsStr>>(

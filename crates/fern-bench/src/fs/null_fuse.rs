@@ -608,11 +608,9 @@ impl Handler for NullFs {
         let Some(d) = s.nodes.get(&i.0) else {
             return reply.error(Errno::ENOENT);
         };
-        if offset < 1 && reply.add(i, 1, FileType::Directory, ".") {
-            return reply.ok();
-        }
-        if offset < 2 && reply.add(INodeNo(d.parent), 2, FileType::Directory, "..") {
-            return reply.ok();
+        match reply.add_dots(offset, i, || Ok(INodeNo(d.parent))) {
+            Ok(false) => {}
+            full_or_failed => return reply.end(full_or_failed),
         }
         let skip = offset.saturating_sub(2) as usize;
         // Until the kernel's buffer is full, as fern-fuse fills its replies (Fs::readdir_fill).
@@ -641,16 +639,13 @@ impl Handler for NullFs {
         let Some(d) = s.nodes.get(&i.0) else {
             return reply.error(Errno::ENOENT);
         };
-        for (off, n, ino) in [(1u64, ".", i.0), (2, "..", d.parent)] {
-            if offset >= off {
-                continue;
-            }
-            let Some(a) = s.attr(ino) else {
-                return reply.error(Errno::EIO);
-            };
-            if reply.add(INodeNo(ino), off, n, &self.entry_ttl, &a, GEN) {
-                return reply.ok();
-            }
+        let dot = |off| {
+            s.attr(if off == 1 { i.0 } else { d.parent })
+                .ok_or(Errno::EIO)
+        };
+        match reply.add_dots(offset, &self.entry_ttl, dot) {
+            Ok(false) => {}
+            full_or_failed => return reply.end(full_or_failed),
         }
         let skip = offset.saturating_sub(2) as usize;
         // Until the kernel's buffer is full, as fern-fuse fills its replies (Fs::readdir_fill).
