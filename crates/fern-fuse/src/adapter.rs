@@ -16,7 +16,8 @@
 //!   `attr_ttl` (1 s). The kernel invalidates what its own requests change and this mount is
 //!   the only writer of its store, so names never change behind it; attributes can (set-id
 //!   bits cleared by an unprivileged write, which the kernel does not invalidate), hence the
-//!   short attribute TTL (`MountOptions`).
+//!   short attribute TTL (`MountOptions`). A missing name is answered as a negative entry
+//!   (inode 0) cached for `negative_ttl` (1 h; 0, i.e. plain ENOENT, on shared stores).
 //! * **ENOSYS is permanent.** Callbacks left unimplemented (`lseek`, `copy_file_range`,
 //!   `getlk`/`setlk`, `ioctl`, `poll`, `bmap`) answer ENOSYS once and the kernel then uses its
 //!   generic fallbacks for the life of the mount: SEEK_DATA/SEEK_HOLE treat the whole file as
