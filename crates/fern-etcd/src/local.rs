@@ -5,7 +5,9 @@
 //! The server runs under a small `sh` guard that reads the pipe this process holds: when the
 //! handle is dropped, or the process exits or is killed, the pipe closes and the guard stops
 //! etcd by its PID (waking it first if a test froze it) and removes the data directory. So a
-//! test binary may keep one server in a `static` and still leave nothing behind.
+//! test binary may keep one server in a `static` and still leave nothing behind. A line
+//! `restart` on the same pipe makes the guard start the member again on its data directory
+//! (after a test killed it), so a cluster can lose its leader round after round.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,10 +23,19 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 const GUARD: &str = r#"
 dir=$1; shift
-etcd "$@" >"$dir/etcd.log" 2>&1 &
-pid=$!
-echo "$pid" >"$dir/etcd.pid"
-read -r _ || true
+run() {
+  etcd "$@" >>"$dir/etcd.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$dir/etcd.pid"
+}
+run "$@"
+while read -r cmd; do
+  if [ "$cmd" = restart ]; then
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    run "$@"
+  fi
+done
 kill "$pid" 2>/dev/null
 kill -CONT "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
@@ -157,6 +168,63 @@ impl LocalEtcd {
             .get(i)
             .ok_or_else(|| std::io::Error::other(format!("no member {i}")))?
             .signal("KILL")
+    }
+
+    /// Starts member `i` again on its own data directory (after [`LocalEtcd::kill_member`];
+    /// a running member is killed first) and waits until it is healthy: it rejoins the
+    /// cluster with the data it had.
+    pub fn restart_member(&mut self, i: usize) -> std::io::Result<()> {
+        let m = self
+            .members
+            .get_mut(i)
+            .ok_or_else(|| std::io::Error::other(format!("no member {i}")))?;
+        let old = std::fs::read_to_string(m.dir.join("etcd.pid")).unwrap_or_default();
+        m.guard
+            .stdin
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("guard pipe closed"))?
+            .write_all(b"restart\n")?;
+        let start = Instant::now();
+        // The guard writes the new PID once the old process is reaped and the new one started.
+        while std::fs::read_to_string(m.dir.join("etcd.pid")).unwrap_or_default() == old {
+            if start.elapsed() > READY_TIMEOUT {
+                return Err(std::io::Error::other("the guard did not restart etcd"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m.wait_healthy()
+    }
+
+    /// The index of the member that is the leader now, asked of each live member in turn
+    /// (`None` while no member knows a leader).
+    pub fn leader(&self) -> Option<usize> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        rt.block_on(async {
+            for ep in self.endpoints() {
+                let opts = etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(Duration::from_millis(500))
+                    .with_timeout(Duration::from_secs(1));
+                let Ok(mut c) = etcd_client::Client::connect([ep.as_str()], Some(opts)).await
+                else {
+                    continue;
+                };
+                let Ok(st) = c.status().await else { continue };
+                if st.leader() == 0 {
+                    continue;
+                }
+                // The leader's index: whichever member reports its own id equal to the leader.
+                let Ok(members) = c.member_list().await else {
+                    continue;
+                };
+                let leader = members.members().iter().find(|m| m.id() == st.leader())?;
+                let url = leader.client_urls().first()?.clone();
+                return self.members.iter().position(|m| m.endpoint == url);
+            }
+            None
+        })
     }
 
     /// The client endpoint of the first member, `http://127.0.0.1:PORT`.
