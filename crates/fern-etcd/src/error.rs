@@ -105,8 +105,21 @@ pub(crate) fn classify(e: Error, endpoints: &str) -> Failure {
             // to the server (a reset connection to a member that died); the server's own
             // errors come with a code and no source.
             if std::error::Error::source(&s).is_some() {
-                let cause = std::error::Error::source(&s).map(ToString::to_string);
-                return unavailable(format!("{msg}: {}", cause.unwrap_or_default()));
+                let cause = std::error::Error::source(&s).map(chain).unwrap_or_default();
+                let why = format!("{msg}: {cause}");
+                if endpoints.starts_with("http://") && why.contains("broken pipe") {
+                    // What a TLS server does to a client that speaks plain HTTP/2 to it.
+                    return unavailable(format!(
+                        "{why} (if the cluster serves https, give `ca` in the etcd client \
+                         configuration)"
+                    ));
+                }
+                if let Some(hint) = tls_hint(&why) {
+                    return Failure::Denied(KvError::Unavailable(format!(
+                        "etcd at {endpoints}: TLS failed: {why} ({hint})"
+                    )));
+                }
+                return unavailable(why);
             }
             match s.code() {
                 Code::Unavailable

@@ -42,6 +42,18 @@ wait "$pid" 2>/dev/null
 rm -rf "$dir"
 "#;
 
+/// The server side of TLS for a private etcd: its certificate and key, and the CA whose
+/// client certificates it demands (`--client-cert-auth`) when `client_ca` is set.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// PEM server certificate (valid for 127.0.0.1).
+    pub cert: PathBuf,
+    /// PEM server key.
+    pub key: PathBuf,
+    /// PEM CA of accepted client certificates; `None` serves https without client auth.
+    pub client_ca: Option<PathBuf>,
+}
+
 /// A running private etcd: one member, or a cluster of several on loopback.
 #[derive(Debug)]
 pub struct LocalEtcd {
@@ -52,6 +64,7 @@ pub struct LocalEtcd {
 #[derive(Debug)]
 struct Member {
     guard: Child,
+    /// `http://` or `https://127.0.0.1:PORT`.
     endpoint: String,
     client_port: u16,
     dir: PathBuf,
@@ -77,10 +90,19 @@ impl LocalEtcd {
     /// Starts a cluster of `members` members (3 for the fault tests), each on its own ports
     /// and data directory, and waits until every member is healthy.
     pub fn start_cluster(members: usize) -> std::io::Result<Self> {
-        let mut last = None;
         // A port the kernel handed out may be taken again before etcd binds it: retry.
+        Self::start_retrying(members, None)
+    }
+
+    /// Starts a single member serving clients over https with `tls`.
+    pub fn start_tls(tls: &ServerTls) -> std::io::Result<Self> {
+        Self::start_retrying(1, Some(tls))
+    }
+
+    fn start_retrying(members: usize, tls: Option<&ServerTls>) -> std::io::Result<Self> {
+        let mut last = None;
         for _ in 0..3 {
-            match Self::try_start(members.max(1)) {
+            match Self::try_start(members.max(1), tls) {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
@@ -88,7 +110,7 @@ impl LocalEtcd {
         Err(last.unwrap_or_else(|| std::io::Error::other("etcd did not start")))
     }
 
-    fn try_start(n: usize) -> std::io::Result<Self> {
+    fn try_start(n: usize, tls: Option<&ServerTls>) -> std::io::Result<Self> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
@@ -116,8 +138,18 @@ impl LocalEtcd {
         for (i, (client, peer)) in ports.into_iter().enumerate() {
             let dir = base.join(format!("{run}-m{i}"));
             std::fs::create_dir_all(&dir)?;
-            let endpoint = format!("http://127.0.0.1:{client}");
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let endpoint = format!("{scheme}://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
+            let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
+            if let Some(t) = tls {
+                tls_args.extend(["--cert-file".into(), t.cert.clone().into_os_string()]);
+                tls_args.extend(["--key-file".into(), t.key.clone().into_os_string()]);
+                if let Some(ca) = &t.client_ca {
+                    tls_args.push("--client-cert-auth".into());
+                    tls_args.extend(["--trusted-ca-file".into(), ca.clone().into_os_string()]);
+                }
+            }
             let guard = Command::new("sh")
                 .arg("-c")
                 .arg(GUARD)
@@ -134,6 +166,7 @@ impl LocalEtcd {
                 .args(["--initial-cluster-state", "new"])
                 .args(["--auto-compaction-mode", "revision"])
                 .args(["--auto-compaction-retention", "1000"])
+                .args(&tls_args)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -247,7 +280,7 @@ impl LocalEtcd {
         let hosts: Vec<&str> = self
             .members
             .iter()
-            .map(|m| m.endpoint.trim_start_matches("http://"))
+            .map(|m| m.endpoint.split_once("://").map_or("", |(_, h)| h))
             .collect();
         format!("{}{}/{prefix}", crate::config::SCHEME, hosts.join(","))
     }
@@ -257,7 +290,14 @@ impl Member {
     fn wait_healthy(&self) -> std::io::Result<()> {
         let start = Instant::now();
         while start.elapsed() < READY_TIMEOUT {
-            if health(self.client_port) {
+            // Plain http answers /health; https needs a TLS client, so its log is read.
+            let ready = if self.endpoint.starts_with("https") {
+                std::fs::read_to_string(self.dir.join("etcd.log"))
+                    .is_ok_and(|l| l.contains("serving client requests on"))
+            } else {
+                health(self.client_port)
+            };
+            if ready {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
