@@ -107,7 +107,9 @@ pub(crate) fn classify(e: Error, endpoints: &str) -> Failure {
             if std::error::Error::source(&s).is_some() {
                 let cause = std::error::Error::source(&s).map(chain).unwrap_or_default();
                 let why = format!("{msg}: {cause}");
-                if endpoints.starts_with("http://") && why.contains("broken pipe") {
+                if endpoints.starts_with("http://")
+                    && (why.contains("broken pipe") || why.contains("connection closed"))
+                {
                     // What a TLS server does to a client that speaks plain HTTP/2 to it.
                     return unavailable(format!(
                         "{why} (if the cluster serves https, give `ca` in the etcd client \

@@ -260,6 +260,38 @@ impl LocalEtcd {
         })
     }
 
+    /// Turns on etcd's user/password auth: `root` (password `root`, which etcd requires
+    /// before enabling auth) and, for each `(user, password, prefix)`, a user whose role may
+    /// read and write exactly the keys of the file system under `prefix`
+    /// (docs/distributed.md §1: `prefix ‖ 0x00` up to `prefix ‖ 0x01`).
+    pub fn enable_auth(&self, users: &[(&str, &str, &str)]) -> std::io::Result<()> {
+        let err = |e: etcd_client::Error| std::io::Error::other(format!("etcd auth setup: {e}"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let mut c = etcd_client::Client::connect([self.endpoint()], None)
+                .await
+                .map_err(err)?;
+            c.user_add("root", "root", None).await.map_err(err)?;
+            c.user_grant_role("root", "root").await.map_err(err)?;
+            for (user, password, prefix) in users {
+                let role = format!("fs-{user}");
+                c.user_add(*user, *password, None).await.map_err(err)?;
+                c.role_add(role.as_str()).await.map_err(err)?;
+                let lo = [prefix.as_bytes(), b"\0"].concat();
+                let hi = [prefix.as_bytes(), b"\x01"].concat();
+                let perm = etcd_client::Permission::read_write(lo).with_range_end(hi);
+                c.role_grant_permission(role.as_str(), perm)
+                    .await
+                    .map_err(err)?;
+                c.user_grant_role(*user, role.as_str()).await.map_err(err)?;
+            }
+            c.auth_enable().await.map_err(err)?;
+            Ok(())
+        })
+    }
+
     /// The client endpoint of the first member, `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> &str {
         &self.members[0].endpoint
@@ -386,4 +418,78 @@ pub fn unique_prefix(what: &str) -> String {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::SeqCst)
     )
+}
+
+/// Makes, with openssl, the certificates of a TLS test in `dir`: a CA `ca` and a CA `rogue`
+/// (`NAME.pem`, `NAME.key`), a server certificate `server` and a client certificate `client`
+/// signed by `ca`, and a client certificate `intruder` signed by `rogue`; each certificate is
+/// valid for 127.0.0.1 and localhost, as server and client, for two days.
+pub fn make_test_certs(dir: &std::path::Path) -> std::io::Result<()> {
+    let openssl = |args: &[&str]| -> std::io::Result<()> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
+    };
+    for ca in ["ca", "rogue"] {
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={ca}"),
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.pem"),
+        ])?;
+    }
+    std::fs::write(
+        dir.join("cert.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )?;
+    for (ca, name) in [("ca", "server"), ("ca", "client"), ("rogue", "intruder")] {
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ])?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "cert.ext",
+            "-out",
+            &format!("{name}.pem"),
+        ])?;
+    }
+    Ok(())
 }

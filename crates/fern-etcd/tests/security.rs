@@ -3,93 +3,13 @@
 //! openssl), and etcd's user/password auth with a role limited to one file system's prefix.
 //! Every refusal must come at connect time, quickly, with a message that says what to check.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fern_etcd::local::{shared_for_tests, unique_prefix, LocalEtcd, ServerTls};
+use fern_etcd::local::{make_test_certs, shared_for_tests, unique_prefix, LocalEtcd, ServerTls};
 use fern_etcd::{EtcdConfig, EtcdStore, Password, TlsFiles};
 use fern_kv::conformance::registry;
 use fern_kv::{KvError, KvRead, KvStore, WriteBatch, WriteOptions};
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA `name` (name.pem, name.key) in `dir`.
-fn make_ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-        ],
-    );
-}
-
-/// A certificate `name` (name.pem, name.key) signed by CA `ca`, for 127.0.0.1.
-fn make_cert(dir: &Path, ca: &str, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-        ],
-    );
-    std::fs::write(
-        dir.join(format!("{name}.ext")),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .expect("ext");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            &format!("{name}.ext"),
-            "-out",
-            &format!("{name}.pem"),
-        ],
-    );
-}
 
 struct Scratch(PathBuf);
 
@@ -135,11 +55,7 @@ fn client_certificates_are_demanded_and_checked() {
     }
     let d = scratch("tls");
     let p = |f: &str| d.0.join(f);
-    make_ca(&d.0, "ca");
-    make_ca(&d.0, "rogue");
-    make_cert(&d.0, "ca", "server");
-    make_cert(&d.0, "ca", "client");
-    make_cert(&d.0, "rogue", "intruder");
+    make_test_certs(&d.0).expect("certificates");
     let etcd = LocalEtcd::start_tls(&ServerTls {
         cert: p("server.pem"),
         key: p("server.key"),
@@ -191,28 +107,8 @@ fn user_and_password_auth_confines_a_user_to_its_prefix() {
     }
     let etcd = LocalEtcd::start().expect("start etcd");
     let (mine, theirs) = (unique_prefix("alice"), unique_prefix("bob"));
-    // Root first (etcd refuses to enable auth without it), then alice with readwrite on her
-    // file system's keys only: the prefix ‖ NUL … prefix ‖ 0x01 (docs/distributed.md §1).
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect([etcd.endpoint()], None)
-            .await
-            .expect("admin client");
-        c.user_add("root", "rootpw", None).await.expect("root");
-        c.user_grant_role("root", "root").await.expect("root role");
-        c.user_add("alice", "alicepw", None).await.expect("alice");
-        c.role_add("fs").await.expect("role");
-        let lo = [mine.as_bytes(), b"\0"].concat();
-        let hi = [mine.as_bytes(), b"\x01"].concat();
-        c.role_grant_permission(
-            "fs",
-            etcd_client::Permission::read_write(lo).with_range_end(hi),
-        )
-        .await
-        .expect("grant");
-        c.user_grant_role("alice", "fs").await.expect("alice role");
-        c.auth_enable().await.expect("auth enable");
-    });
+    etcd.enable_auth(&[("alice", "alicepw", &mine)])
+        .expect("enable auth");
     let as_user = |prefix: &str, user: Option<(&str, &str)>| {
         let mut cfg = etcd.config(prefix);
         cfg.timeout = Duration::from_secs(3);
