@@ -36,7 +36,7 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(300);
 pub enum Daemon {
     /// `fernfs mount IMAGE MP -f -o OPTIONS`.
     Fernfs {
-        /// The image made by `fernfs mkfs`.
+        /// The image made by `fernfs mkfs`, or an `etcd://` URL.
         image: PathBuf,
         /// `-o` options.
         options: String,
@@ -110,12 +110,28 @@ impl FuseMount {
         cache_bytes: u64,
         transport: fern_fuse::uring::Transport,
     ) -> Result<Self> {
-        run_tool(exe, &["mkfs".as_ref(), image.as_os_str()])?;
+        Self::fernfs_on(
+            exe,
+            image,
+            mountpoint,
+            format!("cache_size={cache_bytes},transport={}", transport.name()),
+        )
+    }
+
+    /// `fernfs mkfs target`, then `fernfs mount target MP -f -o options`: `target` is an
+    /// image or an `etcd://` URL.
+    pub fn fernfs_on(
+        exe: &Path,
+        target: &Path,
+        mountpoint: &Path,
+        options: String,
+    ) -> Result<Self> {
+        run_tool(exe, &["mkfs".as_ref(), target.as_os_str()])?;
         Self::start(
             exe,
             Daemon::Fernfs {
-                image: image.to_path_buf(),
-                options: format!("cache_size={cache_bytes},transport={}", transport.name()),
+                image: target.to_path_buf(),
+                options,
             },
             mountpoint,
         )
@@ -312,6 +328,10 @@ impl MountGuard for FuseMount {
     /// fernfs: the image file's allocated blocks (the image is its device); null: nothing.
     fn space_used(&self) -> Result<Option<u64>> {
         match &self.daemon {
+            // An etcd file system has no image here (its bytes are etcd's).
+            Daemon::Fernfs { image, .. } if image.to_string_lossy().starts_with("etcd://") => {
+                Ok(None)
+            }
             Daemon::Fernfs { image, .. } => Ok(Some(super::lib_target::image_blocks(image)?)),
             Daemon::Null { .. } => Ok(None),
         }
