@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use fern_etcd::local::LocalEtcd;
 
-use super::fuse_mount::FuseMount;
+use super::fuse_mount::{mounted_at, FuseMount};
 use super::posix::MountGuard;
 use crate::{BenchError, Result};
 
@@ -177,14 +177,7 @@ struct JuiceMount {
 
 impl JuiceMount {
     fn mounted(&self) -> bool {
-        let Ok(mp) = self.mountpoint.canonicalize() else {
-            return false;
-        };
-        std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|t| {
-            t.lines()
-                .filter_map(|l| l.split_whitespace().nth(4))
-                .any(|p| Path::new(p) == mp)
-        })
+        mounted_at(&self.mountpoint)
     }
 
     fn mount(&mut self) -> Result<()> {

@@ -101,6 +101,20 @@ pub fn fuse_unavailable(system: &str) -> Option<String> {
     None
 }
 
+/// Whether something is mounted on `mp` (/proc/self/mountinfo).
+pub(crate) fn mounted_at(mp: &Path) -> bool {
+    let Ok(mp) = mp.canonicalize() else {
+        return false;
+    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| l.split_whitespace().nth(4))
+                .any(|p| Path::new(&p.replace("\\040", " ")) == mp)
+        })
+        .unwrap_or(false)
+}
+
 impl FuseMount {
     /// `fernfs mkfs image` with defaults, then mounts it on `mountpoint` (created).
     pub fn fernfs(
@@ -229,16 +243,7 @@ impl FuseMount {
     }
 
     fn is_mounted(&self) -> bool {
-        let Ok(mp) = self.mountpoint.canonicalize() else {
-            return false;
-        };
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .map(|t| {
-                t.lines()
-                    .filter_map(|l| l.split_whitespace().nth(4))
-                    .any(|p| Path::new(&p.replace("\\040", " ")) == mp)
-            })
-            .unwrap_or(false)
+        mounted_at(&self.mountpoint)
     }
 
     /// Unmounts (lazily as a last resort) and waits for the daemon to exit.
