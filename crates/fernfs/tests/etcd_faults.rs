@@ -246,3 +246,66 @@ fn a_mount_daemon_killed_loses_nothing_acknowledged_and_the_other_mount_goes_on(
     check_acked(&a, &acked, "on a fresh mount");
     ok(&["umount", a.to_str().expect("utf-8")]);
 }
+
+/// An etcd that answers nothing (every member frozen with SIGSTOP, as a partition looks from
+/// the client) makes the mount's operations fail with EIO after the configured deadline
+/// (`timeout_ms` of the client configuration file, here 1.5 s) — never hang, never answer
+/// wrong — and the same mount works again once etcd answers.
+#[test]
+fn an_unreachable_etcd_gives_eio_within_the_deadline_and_the_mount_recovers() {
+    if !needs() {
+        return;
+    }
+    let etcd = LocalEtcd::start().expect("etcd");
+    let url = etcd.url(&unique_prefix("unreachable"));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let conf = tmp.path().join("etcd.conf");
+    fs::write(&conf, "timeout_ms = 1500\n").expect("config");
+    let with_conf = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fernfs"))
+            .args(args)
+            .env("FERN_ETCD_CONFIG", &conf)
+            .output()
+            .expect("run fernfs");
+        assert!(
+            out.status.success(),
+            "fernfs {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    with_conf(&["mkfs", &url]);
+    let mp = tmp.path().join("m");
+    fs::create_dir(&mp).expect("mkdir");
+    let _g = MountGuard(mp.clone());
+    with_conf(&["mount", &url, mp.to_str().expect("utf-8")]);
+    assert!(write_acked(&mp, "before"));
+
+    etcd.pause().expect("SIGSTOP etcd");
+    let ops: [(&str, Box<dyn Fn() -> std::io::Result<()>>); 3] = [
+        ("create", Box::new(|| fs::write(mp.join("during"), b"x"))),
+        (
+            "lookup",
+            Box::new(|| fs::metadata(mp.join("never")).map(drop)),
+        ),
+        ("mkdir", Box::new(|| fs::create_dir(mp.join("d")))),
+    ];
+    for (what, op) in &ops {
+        let t = Instant::now();
+        let r = op();
+        let took = t.elapsed();
+        assert_eq!(
+            r.as_ref().map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EIO)),
+            "{what} with etcd frozen: {r:?}"
+        );
+        // One operation is a few etcd calls, each bounded by the 1.5 s deadline.
+        assert!(took < Duration::from_secs(8), "{what} took {took:?}");
+        eprintln!("{what} with etcd frozen: EIO after {took:?}");
+    }
+    etcd.resume().expect("SIGCONT etcd");
+    check_acked(&mp, &["before".to_string()], "after etcd came back");
+    assert!(write_acked(&mp, "after"), "the mount must write again");
+    check_acked(&mp, &["after".to_string()], "after etcd came back");
+    ok(&["umount", mp.to_str().expect("utf-8")]);
+    with_conf(&["fsck", &url]);
+}
