@@ -281,7 +281,8 @@ fn an_unreachable_etcd_gives_eio_within_the_deadline_and_the_mount_recovers() {
     assert!(write_acked(&mp, "before"));
 
     etcd.pause().expect("SIGSTOP etcd");
-    let ops: [(&str, Box<dyn Fn() -> std::io::Result<()>>); 3] = [
+    type Op<'a> = Box<dyn Fn() -> std::io::Result<()> + 'a>;
+    let ops: [(&str, Op); 3] = [
         ("create", Box::new(|| fs::write(mp.join("during"), b"x"))),
         (
             "lookup",
