@@ -91,18 +91,27 @@ impl LocalEtcd {
     /// and data directory, and waits until every member is healthy.
     pub fn start_cluster(members: usize) -> std::io::Result<Self> {
         // A port the kernel handed out may be taken again before etcd binds it: retry.
-        Self::start_retrying(members, None)
+        Self::start_retrying(members, None, &[])
+    }
+
+    /// Starts a single member with extra etcd flags (e.g. `--auth-token-ttl=1`).
+    pub fn start_with_flags(flags: &[&str]) -> std::io::Result<Self> {
+        Self::start_retrying(1, None, flags)
     }
 
     /// Starts a single member serving clients over https with `tls`.
     pub fn start_tls(tls: &ServerTls) -> std::io::Result<Self> {
-        Self::start_retrying(1, Some(tls))
+        Self::start_retrying(1, Some(tls), &[])
     }
 
-    fn start_retrying(members: usize, tls: Option<&ServerTls>) -> std::io::Result<Self> {
+    fn start_retrying(
+        members: usize,
+        tls: Option<&ServerTls>,
+        flags: &[&str],
+    ) -> std::io::Result<Self> {
         let mut last = None;
         for _ in 0..3 {
-            match Self::try_start(members.max(1), tls) {
+            match Self::try_start(members.max(1), tls, flags) {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
@@ -110,7 +119,7 @@ impl LocalEtcd {
         Err(last.unwrap_or_else(|| std::io::Error::other("etcd did not start")))
     }
 
-    fn try_start(n: usize, tls: Option<&ServerTls>) -> std::io::Result<Self> {
+    fn try_start(n: usize, tls: Option<&ServerTls>, flags: &[&str]) -> std::io::Result<Self> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
@@ -167,6 +176,7 @@ impl LocalEtcd {
                 .args(["--auto-compaction-mode", "revision"])
                 .args(["--auto-compaction-retention", "1000"])
                 .args(&tls_args)
+                .args(flags)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

@@ -130,3 +130,25 @@ fn user_and_password_auth_confines_a_user_to_its_prefix() {
         "readwrite on the file system's prefix",
     );
 }
+
+/// etcd's simple auth tokens lapse after `--auth-token-ttl` seconds without use (an idle
+/// mount); the store then connects again with the same credentials and the refused request
+/// is sent again, so the caller never sees `invalid auth token` (docs/distributed.md §5).
+#[test]
+fn an_expired_auth_token_is_renewed_by_connecting_again() {
+    if shared_for_tests().is_none() {
+        return;
+    }
+    let etcd = LocalEtcd::start_with_flags(&["--auth-token-ttl", "1"]).expect("start etcd");
+    let mine = unique_prefix("ttl");
+    etcd.enable_auth(&[("carol", "carolpw", &mine)])
+        .expect("enable auth");
+    let mut cfg = etcd.config(&mine);
+    cfg.timeout = Duration::from_secs(3);
+    cfg.user = Some(("carol".into(), Password("carolpw".into())));
+    let s = EtcdStore::connect(&cfg, registry()).expect("carol gets in");
+    put_get(&s);
+    // Idle past the token's TTL (etcd checks expiry about once a second).
+    std::thread::sleep(Duration::from_secs(4));
+    put_get(&s);
+}
