@@ -6,7 +6,8 @@
 //!   key, range deletes split, etcd's limits checked before anything is sent).
 //! * [`EtcdStore`]: reads, batch application with bounded retries, the async client behind a
 //!   runtime owned by the store; [`txn`] its optimistic transactions (compare on mod_revision).
-//! * [`EtcdConfig`]: endpoints, prefix, deadline; parsed from `etcd://HOST:PORT[,…]/PREFIX`.
+//! * [`EtcdConfig`]: endpoints, prefix, deadline, TLS and user; parsed from
+//!   `etcd://[USER@]HOST:PORT[,…]/PREFIX` and the client configuration file.
 //! * [`local`]: a private etcd on loopback for tests and scripts.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -19,5 +20,5 @@ pub mod plan;
 mod store;
 mod txn;
 
-pub use config::{BadUrl, EtcdConfig};
+pub use config::{BadUrl, EtcdConfig, Password, TlsFiles};
 pub use store::{EtcdStore, ETCD_LIMITS};

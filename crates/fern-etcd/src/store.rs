@@ -15,15 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, KvClient,
+    SortOrder, SortTarget, TlsOptions, Txn, TxnOp, TxnOpResponse,
 };
 use fern_kv::occ::covered;
 use fern_kv::{
     Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, RetryPolicy,
     TreeId, UpdateRegistry, WriteBatch, WriteOptions,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::config::EtcdConfig;
 use crate::error::{classify, timed_out, Failure};
@@ -89,7 +89,10 @@ pub(crate) struct Scanned {
 /// A [`KvStore`] on etcd v3.
 pub struct EtcdStore {
     rt: tokio::runtime::Runtime,
-    client: Client,
+    /// Replaced by a fresh connection when etcd says the auth token expired.
+    client: RwLock<Client>,
+    /// What [`EtcdStore::reconnect`] connects with (the password stays in memory only).
+    cfg: EtcdConfig,
     ks: Keyspace,
     registry: UpdateRegistry,
     limits: Limits,
@@ -115,6 +118,47 @@ impl std::fmt::Debug for EtcdStore {
     }
 }
 
+/// The client options of `cfg`: deadlines, keep-alive, and its TLS files and user (a file
+/// that cannot be read fails here, naming it).
+fn connect_options(cfg: &EtcdConfig) -> KvResult<ConnectOptions> {
+    let mut opts = ConnectOptions::new()
+        .with_connect_timeout(cfg.timeout)
+        .with_timeout(cfg.timeout)
+        .with_keep_alive(Duration::from_secs(5), cfg.timeout);
+    if let Some((user, password)) = &cfg.user {
+        opts = opts.with_user(user.clone(), password.0.clone());
+    }
+    if let Some(tls) = &cfg.tls {
+        let read = |what: &str, p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| KvError::Unavailable(format!("etcd TLS {what} {}: {e}", p.display())))
+        };
+        let mut t = TlsOptions::new().ca_certificate(Certificate::from_pem(read("CA", &tls.ca)?));
+        if let Some((cert, key)) = &tls.client {
+            t = t.identity(Identity::from_pem(
+                read("client certificate", cert)?,
+                read("client key", key)?,
+            ));
+        }
+        opts = opts.with_tls(t);
+    }
+    Ok(opts)
+}
+
+/// A client of the cluster of `cfg`, connected (and authenticated) within its deadline.
+fn new_client(
+    rt: &tokio::runtime::Runtime,
+    cfg: &EtcdConfig,
+    opts: ConnectOptions,
+    endpoints: &str,
+) -> Result<Client, Failure> {
+    rt.block_on(async {
+        tokio::time::timeout(cfg.timeout, Client::connect(&cfg.endpoints, Some(opts))).await
+    })
+    .map_err(|_| timed_out(endpoints, cfg.timeout))
+    .and_then(|r| r.map_err(|e| classify(e, endpoints)))
+}
+
 impl EtcdStore {
     /// Connects to the cluster of `cfg` and checks it answers (one read, under the deadline),
     /// so a wrong or dead endpoint fails here with [`KvError::Unavailable`].
@@ -131,20 +175,12 @@ impl EtcdStore {
             .enable_all()
             .build()
             .map_err(KvError::Io)?;
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(cfg.timeout)
-            .with_timeout(cfg.timeout)
-            .with_keep_alive(Duration::from_secs(5), cfg.timeout);
-        let client = rt
-            .block_on(async {
-                tokio::time::timeout(cfg.timeout, Client::connect(&cfg.endpoints, Some(opts))).await
-            })
-            .map_err(|_| timed_out(&endpoints, cfg.timeout))
-            .and_then(|r| r.map_err(|e| classify(e, &endpoints)))
-            .map_err(KvError::from)?;
+        let opts = connect_options(cfg)?;
+        let client = new_client(&rt, cfg, opts, &endpoints).map_err(KvError::from)?;
         let store = Self {
             rt,
-            client,
+            client: RwLock::new(client),
+            cfg: cfg.clone(),
             ks: Keyspace::new(&cfg.prefix),
             registry,
             limits: ETCD_LIMITS,
@@ -203,9 +239,11 @@ impl EtcdStore {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = Instant::now() + self.timeout;
+        let mut reconnected = false;
         loop {
             let kv = self
                 .client
+                .read()
                 .kv_client()
                 .max_decoding_message_size(MAX_RESPONSE_BYTES)
                 .max_encoding_message_size(MAX_RESPONSE_BYTES);
@@ -220,6 +258,16 @@ impl EtcdStore {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => classify(e, &self.endpoints),
             };
+            if let Failure::TokenExpired(_) = failure {
+                if reconnected {
+                    return Err(failure);
+                }
+                // A fresh connection authenticates again; the refused request is resent.
+                let opts = connect_options(&self.cfg).map_err(Failure::Kv)?;
+                *self.client.write() = new_client(&self.rt, &self.cfg, opts, &self.endpoints)?;
+                reconnected = true;
+                continue;
+            }
             let again = matches!(
                 (&failure, resend),
                 (Failure::NotSent(_), _) | (Failure::Kv(KvError::Unavailable(_)), Resend::Always)

@@ -10,24 +10,6 @@ use fern_etcd::EtcdStore;
 use fern_kv::conformance::registry;
 use fern_kv::{Direction, KeyRange, KvError, KvRead, KvStore, WriteBatch, WriteOptions};
 
-/// The index of the member that is the leader now.
-fn leader(etcd: &LocalEtcd) -> usize {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        for (i, ep) in etcd.endpoints().iter().enumerate() {
-            let mut c = etcd_client::Client::connect([ep.as_str()], None)
-                .await
-                .expect("client");
-            let st = c.status().await.expect("status");
-            let me = st.header().expect("header").member_id();
-            if st.leader() == me {
-                return i;
-            }
-        }
-        panic!("no member is the leader");
-    })
-}
-
 #[test]
 fn leader_killed_nothing_acknowledged_lost_and_the_store_goes_on() {
     if shared_for_tests().is_none() {
@@ -46,7 +28,8 @@ fn leader_killed_nothing_acknowledged_lost_and_the_store_goes_on() {
     for i in 0..50 {
         put(i).expect("write before the kill");
     }
-    etcd.kill_member(leader(&etcd)).expect("kill -9 the leader");
+    etcd.kill_member(etcd.leader().expect("a leader"))
+        .expect("kill -9 the leader");
     let start = Instant::now();
     let mut failures = Vec::new();
     let mut i = 50;
@@ -62,7 +45,7 @@ fn leader_killed_nothing_acknowledged_lost_and_the_store_goes_on() {
         );
     }
     eprintln!(
-        "10 writes after the kill took {:?}, {} failed on the way",
+        "10 writes after the kill took {:?}, {} failed on the way: {failures:?}",
         start.elapsed(),
         failures.len()
     );
@@ -77,4 +60,52 @@ fn leader_killed_nothing_acknowledged_lost_and_the_store_goes_on() {
             "acknowledged write {i} lost"
         );
     }
+}
+
+/// A write that etcd refuses before proposing it (a member without a leader drops the
+/// proposal: "raft proposal dropped"; "no leader", "leader changed" likewise) is sent again
+/// within the deadline (docs/distributed.md §5), so a cluster that regains its quorum while the
+/// write waits serves it: the caller sees a slow write, not an error.
+#[test]
+fn a_write_refused_for_want_of_a_leader_is_resent_until_one_is_elected() {
+    if shared_for_tests().is_none() {
+        return;
+    }
+    let mut etcd = LocalEtcd::start_cluster(3).expect("start a 3-member cluster");
+    let mut cfg = etcd.config("noleader");
+    // Only the survivor: every request reaches a live member, which has no leader.
+    cfg.endpoints.truncate(1);
+    cfg.timeout = Duration::from_secs(15);
+    let s = EtcdStore::connect(&cfg, registry()).expect("connect");
+    let t = s.tree("t").expect("tree");
+    let put = |i: u32| {
+        let mut b = WriteBatch::new();
+        b.put(t, i.to_be_bytes().to_vec(), i.to_le_bytes().to_vec());
+        s.write(b, WriteOptions::SYNC)
+    };
+    put(0).expect("write with a quorum");
+    etcd.kill_member(1).expect("kill -9 member 1");
+    etcd.kill_member(2).expect("kill -9 member 2");
+    // Wait until member 0 knows it has no leader (the old leader steps down after its
+    // election timeout without a quorum, under etcd's check-quorum).
+    let start = Instant::now();
+    while etcd.leader().is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "member 0 kept a leader"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::scope(|sc| {
+        let writer = sc.spawn(|| put(1));
+        std::thread::sleep(Duration::from_secs(1));
+        etcd.restart_member(1).expect("restart member 1");
+        let r = writer.join().expect("writer");
+        assert!(
+            r.is_ok(),
+            "a write refused for want of a leader must be resent until the deadline: {r:?}"
+        );
+    });
+    let got = s.get(t, &1u32.to_be_bytes()).expect("read");
+    assert_eq!(got.as_deref(), Some(&1u32.to_le_bytes()[..]));
 }

@@ -36,7 +36,7 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(300);
 pub enum Daemon {
     /// `fernfs mount IMAGE MP -f -o OPTIONS`.
     Fernfs {
-        /// The image made by `fernfs mkfs`.
+        /// The image made by `fernfs mkfs`, or an `etcd://` URL.
         image: PathBuf,
         /// `-o` options.
         options: String,
@@ -101,6 +101,20 @@ pub fn fuse_unavailable(system: &str) -> Option<String> {
     None
 }
 
+/// Whether something is mounted on `mp` (/proc/self/mountinfo).
+pub(crate) fn mounted_at(mp: &Path) -> bool {
+    let Ok(mp) = mp.canonicalize() else {
+        return false;
+    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| l.split_whitespace().nth(4))
+                .any(|p| Path::new(&p.replace("\\040", " ")) == mp)
+        })
+        .unwrap_or(false)
+}
+
 impl FuseMount {
     /// `fernfs mkfs image` with defaults, then mounts it on `mountpoint` (created).
     pub fn fernfs(
@@ -110,12 +124,28 @@ impl FuseMount {
         cache_bytes: u64,
         transport: fern_fuse::uring::Transport,
     ) -> Result<Self> {
-        run_tool(exe, &["mkfs".as_ref(), image.as_os_str()])?;
+        Self::fernfs_on(
+            exe,
+            image,
+            mountpoint,
+            format!("cache_size={cache_bytes},transport={}", transport.name()),
+        )
+    }
+
+    /// `fernfs mkfs target`, then `fernfs mount target MP -f -o options`: `target` is an
+    /// image or an `etcd://` URL.
+    pub fn fernfs_on(
+        exe: &Path,
+        target: &Path,
+        mountpoint: &Path,
+        options: String,
+    ) -> Result<Self> {
+        run_tool(exe, &["mkfs".as_ref(), target.as_os_str()])?;
         Self::start(
             exe,
             Daemon::Fernfs {
-                image: image.to_path_buf(),
-                options: format!("cache_size={cache_bytes},transport={}", transport.name()),
+                image: target.to_path_buf(),
+                options,
             },
             mountpoint,
         )
@@ -213,16 +243,7 @@ impl FuseMount {
     }
 
     fn is_mounted(&self) -> bool {
-        let Ok(mp) = self.mountpoint.canonicalize() else {
-            return false;
-        };
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .map(|t| {
-                t.lines()
-                    .filter_map(|l| l.split_whitespace().nth(4))
-                    .any(|p| Path::new(&p.replace("\\040", " ")) == mp)
-            })
-            .unwrap_or(false)
+        mounted_at(&self.mountpoint)
     }
 
     /// Unmounts (lazily as a last resort) and waits for the daemon to exit.
@@ -312,6 +333,10 @@ impl MountGuard for FuseMount {
     /// fernfs: the image file's allocated blocks (the image is its device); null: nothing.
     fn space_used(&self) -> Result<Option<u64>> {
         match &self.daemon {
+            // An etcd file system has no image here (its bytes are etcd's).
+            Daemon::Fernfs { image, .. } if image.to_string_lossy().starts_with("etcd://") => {
+                Ok(None)
+            }
             Daemon::Fernfs { image, .. } => Ok(Some(super::lib_target::image_blocks(image)?)),
             Daemon::Null { .. } => Ok(None),
         }

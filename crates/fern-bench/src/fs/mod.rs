@@ -10,6 +10,7 @@
 //! - [`posix`]: any mounted file system through std::fs/libc, and [`posix::LoopMount`], the
 //!   loop-mounted image whose teardown always runs.
 //! - [`fuse_mount`]: FUSE mounts served by a daemon child (fernfs's own, or the null one).
+//! - [`etcd_mount`]: `fernfs-etcd` and `juicefs-etcd`, mounts on a private etcd.
 //! - [`null_fuse`]: the null FUSE file system (namespace only, no data: the FUSE-path limit).
 //! - [`workloads`]: the workloads, grouped into scenarios (the work one child process does
 //!   on one fresh file system), each checking the answers it gets.
@@ -17,6 +18,7 @@
 //!   child processes (pinned with `taskset -c 0` when available), medians, leftover cleanup.
 //! - [`report`]: the markdown table with ratios to the best kernel file system.
 
+pub mod etcd_mount;
 pub mod fsmark;
 pub mod fuse_mount;
 pub mod lib_target;

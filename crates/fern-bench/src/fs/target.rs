@@ -123,11 +123,16 @@ pub enum FsSystem {
     Xfs,
     /// Btrfs on a fresh loop-mounted image, through syscalls.
     Btrfs,
+    /// The `fernfs` FUSE mount of a file system in a private etcd (`fernfs mkfs etcd://…`).
+    FernfsEtcd,
+    /// JuiceFS (`juicefs format --storage file`, metadata in a private etcd), only where a
+    /// `juicefs` binary is on PATH.
+    JuicefsEtcd,
 }
 
 impl FsSystem {
     /// Every system, in report order.
-    pub const ALL: [FsSystem; 8] = [
+    pub const ALL: [FsSystem; 10] = [
         FsSystem::FernfsLib,
         FsSystem::FernfsFuse,
         FsSystem::NullFuse,
@@ -136,6 +141,8 @@ impl FsSystem {
         FsSystem::Ext4,
         FsSystem::Xfs,
         FsSystem::Btrfs,
+        FsSystem::FernfsEtcd,
+        FsSystem::JuicefsEtcd,
     ];
 
     /// Name on the command line and in reports.
@@ -149,6 +156,8 @@ impl FsSystem {
             FsSystem::Ext4 => "ext4",
             FsSystem::Xfs => "xfs",
             FsSystem::Btrfs => "btrfs",
+            FsSystem::FernfsEtcd => "fernfs-etcd",
+            FsSystem::JuicefsEtcd => "juicefs-etcd",
         }
     }
 
@@ -175,6 +184,8 @@ impl FsSystem {
                 | FsSystem::NullFuse
                 | FsSystem::FernfsFuseUring
                 | FsSystem::NullFuseUring
+                | FsSystem::FernfsEtcd
+                | FsSystem::JuicefsEtcd
         )
     }
 

@@ -144,8 +144,9 @@ pub struct FsArgs {
     /// Quick sizes of docs/workloads.md (20k files, 256 MiB files, 10k-file rename, 1 repetition).
     #[arg(long)]
     pub quick: bool,
-    /// Systems (fernfs-lib, fernfs-fuse, null-fuse, ext4, xfs, btrfs); a system that cannot
-    /// be mounted here (not root, no mkfs tool, no /dev/fuse) is skipped with a message.
+    /// Systems (fernfs-lib, fernfs-fuse, null-fuse, ext4, xfs, btrfs, fernfs-etcd,
+    /// juicefs-etcd); a system that cannot be mounted here (not root, no mkfs tool, no
+    /// /dev/fuse, no etcd or juicefs binary) is skipped with a message.
     #[arg(
         long,
         value_delimiter = ',',
@@ -256,7 +257,12 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
             }
         }
         if sys.is_fuse() {
-            if let Some(why) = fs::fuse_mount::fuse_unavailable(sys.name()) {
+            if let Some(why) = fs::fuse_mount::fuse_unavailable(sys.name()).or_else(|| match sys {
+                FsSystem::FernfsEtcd | FsSystem::JuicefsEtcd => {
+                    fs::etcd_mount::etcd_unavailable(sys.name())
+                }
+                _ => None,
+            }) {
                 eprintln!("{why}");
                 skipped.push(why);
                 continue;

@@ -20,9 +20,10 @@ pub fn url(target: &Path) -> Option<&str> {
     target.to_str().filter(|s| EtcdConfig::is_url(s))
 }
 
-/// Connects to the file system at `url` (no check that it is formatted).
+/// Connects to the file system at `url` (no check that it is formatted), with the TLS files
+/// and password of the environment (`FERN_ETCD_CONFIG`, `FERN_ETCD_PASSWORD[_FILE]`).
 pub fn open(url: &str) -> Result<Arc<EtcdStore>, CmdError> {
-    let cfg = EtcdConfig::from_url(url).map_err(|e| CmdError::new(e.to_string()))?;
+    let cfg = EtcdConfig::resolve(url).map_err(|e| CmdError::new(e.to_string()))?;
     EtcdStore::connect(&cfg, fern_fs::registry())
         .map(Arc::new)
         .map_err(|e| CmdError::new(format!("{url}: {e}")))

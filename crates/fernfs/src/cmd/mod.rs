@@ -1,5 +1,6 @@
 //! One module per subcommand of `fernfs`, and the pieces they share (image, lock holder,
-//! interrupts, daemon log, block devices, etcd URLs, time stamps).
+//! interrupts, daemon log, block devices, etcd URLs, the target of the offline subcommands,
+//! time stamps).
 
 #[cfg(feature = "bench")]
 pub mod bench;
@@ -13,5 +14,6 @@ pub mod interrupt;
 pub mod mkfs;
 pub mod mount;
 pub mod stat;
+pub mod target;
 pub mod transfer;
 pub mod utc;

@@ -7,7 +7,8 @@
 //! daemon, so the namespace is walked through the mount and the engine figures come from the
 //! daemon, as the value of the root's virtual xattr `fernfs.stats` (JSON, made by
 //! [`engine_figures`] inside the daemon on each read; see docs/fuse.md). It must never write
-//! to the image beyond what mounting the core does (freeing orphans).
+//! to the image beyond what mounting the core does (freeing orphans). An etcd file system
+//! (`etcd://…`) is walked read-only through the library API.
 
 use std::collections::{HashSet, VecDeque};
 use std::os::unix::fs::MetadataExt;
@@ -20,11 +21,12 @@ use serde_json::{json, Value};
 
 use super::image::{Access, CmdError, Image, DEFAULT_CACHE};
 use super::mount::mounted_image;
+use super::target::Target;
 
 /// Options of `fernfs stat`.
 #[derive(Debug, Args)]
 pub struct StatArgs {
-    /// Image file, or the mount point of a mounted image.
+    /// Image file, the mount point of a mounted image, or `etcd://HOST:PORT[,...]/PREFIX`.
     pub target: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -93,8 +95,43 @@ fn figures_of_mount(mp: &Path) -> Result<Value, CmdError> {
         .map_err(|e| CmdError::new(format!("{}: bad engine figures: {e}", mp.display())))
 }
 
+/// `fernfs stat etcd://…`: the namespace walked through the library API. An etcd store has no
+/// image and no engine, so only the counts are reported, and the etcd round trips the walk
+/// cost.
+fn run_etcd(args: &StatArgs) -> Result<(), CmdError> {
+    let t = Target::open(&args.target, Access::ReadOnly)?;
+    let counts = walk_image(&*t.fs(Access::ReadOnly)?)?;
+    let (name, requests) = (t.name(), t.etcd_requests().unwrap_or(0));
+    t.close()?;
+    if args.json {
+        let out = json!({
+            "etcd": name,
+            "read_via": "etcd",
+            "directories": counts.dirs,
+            "files": counts.files,
+            "symlinks": counts.symlinks,
+            "other": counts.other,
+            "logical_bytes": counts.logical_bytes,
+            "etcd_requests": requests,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    println!("etcd file system:   {name}");
+    println!("directories:        {}", counts.dirs);
+    println!("regular files:      {}", counts.files);
+    println!("symlinks:           {}", counts.symlinks);
+    println!("other inodes:       {}", counts.other);
+    println!("logical bytes:      {}", counts.logical_bytes);
+    println!("etcd requests:      {requests} (for this walk)");
+    Ok(())
+}
+
 /// Runs `fernfs stat`.
 pub fn run(args: StatArgs) -> Result<(), CmdError> {
+    if super::etcd::url(&args.target).is_some() {
+        return run_etcd(&args);
+    }
     let target = args
         .target
         .canonicalize()

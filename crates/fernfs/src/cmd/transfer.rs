@@ -1,5 +1,6 @@
 //! `fernfs import HOSTDIR TARGET[:/path]` and `fernfs export TARGET[:/path] HOSTDIR`: copying
-//! trees between the host and an unmounted image through the library API (`fern_fs::path` to
+//! trees between the host and an unmounted image, or an etcd file system (docs/distributed.md
+//! §10), through the library API (`fern_fs::path` to
 //! find and create, `fern_fs::Fs` by inode for attributes, so symlinks get theirs too), no
 //! FUSE involved. Like `cp -a` / `tar --xattrs`, by default: every file type (regular files,
 //! directories, symlinks, FIFOs, sockets, device nodes), owner and group, permission bits
@@ -23,8 +24,9 @@ use fern_fs::path::{OpenOptions, PathFs};
 use fern_fs::{Attr, Cred, FileType, SetAttr, TimeSet, Timespec};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::image::{Access, CmdError, Image, DEFAULT_CACHE};
+use super::image::{Access, CmdError};
 use super::interrupt::Interrupt;
+use super::target::{split_target, Target};
 
 /// Bytes per read or write call.
 const CHUNK: usize = 1 << 20;
@@ -36,25 +38,18 @@ const HOLE_BLOCK: usize = 4096;
 pub struct ImportArgs {
     /// Host directory to copy from.
     pub hostdir: PathBuf,
-    /// Image, optionally with a directory inside it: IMAGE or IMAGE:/path (created if missing).
+    /// Image or etcd URL, optionally with a directory inside it: IMAGE or IMAGE:/path
+    /// (created if missing).
     pub target: String,
 }
 
 /// Options of `fernfs export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Image, optionally with a directory inside it: IMAGE or IMAGE:/path.
+    /// Image or etcd URL, optionally with a directory inside it: IMAGE or IMAGE:/path.
     pub source: String,
     /// Host directory to copy into (created if missing).
     pub hostdir: PathBuf,
-}
-
-/// `IMAGE[:/path]` split; a colon counts only when a `/` follows it.
-fn split_target(s: &str) -> (PathBuf, Vec<u8>) {
-    match s.rfind(":/") {
-        Some(i) => (PathBuf::from(&s[..i]), s.as_bytes()[i + 1..].to_vec()),
-        None => (PathBuf::from(s), b"/".to_vec()),
-    }
 }
 
 fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
@@ -194,8 +189,9 @@ pub fn import(args: ImportArgs) -> Result<(), CmdError> {
         return Err(host_err(&args.hostdir, "not a directory"));
     }
     let (img_path, dest) = split_target(&args.target);
-    let image = Image::open(&img_path, DEFAULT_CACHE)?;
-    let pfs = PathFs::new(image.fs()?, Cred::root());
+    let image = Target::open(&img_path, Access::ReadWrite)?;
+    let pfs = PathFs::new(image.fs(Access::ReadWrite)?, Cred::root());
+    let img_name = image.name();
     let pb = bar(host_total(&args.hostdir));
     let mut t = Tally::default();
     let mut dirs = Vec::new();
@@ -214,7 +210,7 @@ pub fn import(args: ImportArgs) -> Result<(), CmdError> {
     pb.finish_and_clear();
     drop(pfs);
     let closed = image.close();
-    let into = format!("{}:{}", img_path.display(), String::from_utf8_lossy(&dest));
+    let into = format!("{img_name}:{}", String::from_utf8_lossy(&dest));
     r.and(finished)
         .and(closed)
         .map_err(|e| t.stopped(e, &into))?;
@@ -371,8 +367,9 @@ fn import_file(
 pub fn export(args: ExportArgs) -> Result<(), CmdError> {
     let stop = Interrupt::install()?;
     let (img_path, src) = split_target(&args.source);
-    let image = Image::open_as(&img_path, DEFAULT_CACHE, Access::ReadOnly)?;
-    let pfs = PathFs::new(image.fs()?, Cred::root());
+    let image = Target::open(&img_path, Access::ReadOnly)?;
+    let pfs = PathFs::new(image.fs(Access::ReadOnly)?, Cred::root());
+    let img_name = image.name();
     // The source must exist (and be a directory) before anything is created on the host.
     let top = pfs.stat(&src).map_err(|e| ctx("export", &src, e))?;
     if top.kind != FileType::Directory {
@@ -400,8 +397,7 @@ pub fn export(args: ExportArgs) -> Result<(), CmdError> {
         .and(closed)
         .map_err(|e| t.stopped(e, &into))?;
     eprintln!(
-        "fernfs: exported {}:{} to {into}: {} entries, {} bytes{}",
-        img_path.display(),
+        "fernfs: exported {img_name}:{} to {into}: {} entries, {} bytes{}",
         String::from_utf8_lossy(&src),
         t.entries,
         t.bytes,

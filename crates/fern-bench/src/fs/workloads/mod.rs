@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::etcd_mount::{etcd_unavailable, EtcdMount};
 use super::fuse_mount::{fuse_unavailable, FuseMount};
 use super::lib_target::LibTarget;
 use super::posix::{PosixTarget, SyncBy};
@@ -300,6 +301,24 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
                 about,
                 SyncBy::FsyncRoot,
                 false,
+            ))
+        }
+        sys @ (FsSystem::FernfsEtcd | FsSystem::JuicefsEtcd) => {
+            if let Some(why) = fuse_unavailable(sys.name()).or_else(|| etcd_unavailable(sys.name()))
+            {
+                return Err(BenchError::Usage(why));
+            }
+            let (m, about) = if sys == FsSystem::FernfsEtcd {
+                EtcdMount::fernfs(&std::env::current_exe()?, &spec.dir)?
+            } else {
+                EtcdMount::juicefs(&spec.dir)?
+            };
+            Box::new(PosixTarget::on_mount(
+                sys.name(),
+                Box::new(m),
+                about,
+                SyncBy::FsyncRoot,
+                true,
             ))
         }
         sys @ (FsSystem::Ext4 | FsSystem::Xfs | FsSystem::Btrfs) => {
