@@ -7,6 +7,8 @@
 //! * [`EtcdStore`]: reads, batch application with bounded retries, the async client behind a
 //!   runtime owned by the store; [`txn`] its optimistic transactions (compare on mod_revision).
 //! * [`EtcdConfig`]: endpoints, prefix, deadline; parsed from `etcd://HOST:PORT[,…]/PREFIX`.
+//! * `session`: held keys — the store's etcd lease, kept alive while the store lives
+//!   (`KvStore::session`; fern-fs's open-file registrations).
 //! * [`local`]: a private etcd on loopback for tests and scripts.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -16,8 +18,10 @@ mod error;
 pub mod keys;
 pub mod local;
 pub mod plan;
+mod session;
 mod store;
 mod txn;
 
 pub use config::{BadUrl, EtcdConfig};
+pub use session::LEASE_TTL;
 pub use store::{EtcdStore, ETCD_LIMITS};

@@ -57,6 +57,8 @@ pub struct FernFuse {
     entry_ttl: Duration,
     attr_ttl: Duration,
     writeback: bool,
+    /// FOPEN flags of every open and create reply ([`OPEN_FLAGS`] unless `keep_cache` is off).
+    open_flags: FopenFlags,
     max_write: u32,
     stats: StatsSource,
     killpriv: KillPriv,
@@ -74,6 +76,11 @@ impl FernFuse {
             entry_ttl: opts.entry_ttl,
             attr_ttl: opts.attr_ttl,
             writeback: opts.writeback_cache,
+            open_flags: if opts.keep_cache {
+                OPEN_FLAGS
+            } else {
+                OPEN_FLAGS.difference(FopenFlags::FOPEN_KEEP_CACHE)
+            },
             max_write: opts.max_write,
             stats: opts.stats.clone(),
             killpriv: KillPriv::default(),
@@ -109,6 +116,7 @@ fn name(n: &OsStr) -> &[u8] {
 /// Open flags of every file handle:
 /// * KEEP_CACHE: page cache kept across opens (this mount is the only writer, and without the
 ///   writeback cache every write goes through the kernel to us, so the cache is never stale);
+///   left out when `MountOptions::keep_cache` is off (a shared store);
 /// * NOFLUSH: no FLUSH request at close(2) — `flush` has nothing to do (fern-fs buffers
 ///   nothing per handle, and locks are the kernel's), so this saves a round trip per close.
 ///   The kernel still flushes dirty pages itself under the writeback cache.
@@ -365,7 +373,7 @@ impl Handler for FernFuse {
                 if of.truncate && of.write && req.uid() != 0 {
                     killpriv::drop_caps(&self.fs, ino(i));
                 }
-                reply.opened(FileHandle(h.0), OPEN_FLAGS)
+                reply.opened(FileHandle(h.0), self.open_flags)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -673,7 +681,7 @@ impl Handler for FernFuse {
                 &file_attr(&a),
                 GEN,
                 FileHandle(h.0),
-                OPEN_FLAGS,
+                self.open_flags,
             ),
             Err(e) => reply.error(errno(&e)),
         }

@@ -34,6 +34,11 @@ pub struct MountOptions {
     /// already acknowledged to the application until they are flushed (which is also true of
     /// every local file system, but FUSE users rarely expect it).
     pub writeback_cache: bool,
+    /// Keep a file's page cache across opens (FOPEN_KEEP_CACHE). Right when this mount is the
+    /// only writer; a mount of a shared store (etcd) turns it off, so every open drops what
+    /// the kernel cached and reads what other mounts wrote before (close-to-open,
+    /// docs/distributed.md §7). Not a `-o` option: set by whoever opens the store.
+    pub keep_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
     /// How requests travel (`transport=dev|uring`; docs/fuse.md, "Transports").
@@ -123,6 +128,7 @@ impl Default for MountOptions {
             // so this stays at libfuse's 1 s.
             attr_ttl: Duration::from_secs(1),
             writeback_cache: false,
+            keep_cache: true,
             // Measured with F1 (sequential creates) on the 2-core CI box: 1 loop ~7000-9500
             // files/s, 2 loops ~4400-7000, 4 loops ~1400-3200; with 4 parallel writers 2
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups

@@ -15,6 +15,16 @@ use super::image::CmdError;
 /// (docs/distributed.md §7).
 pub const SHARED_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The kernel-facing choices every mount of a shared store needs (docs/distributed.md §7):
+/// short entry and attribute TTLs (other mounts change names and attributes behind this
+/// kernel; `-o entry_timeout/attr_timeout` applied later override them) and no page cache
+/// kept across opens (close-to-open for data).
+pub fn shared_mount_options(o: &mut fern_fuse::MountOptions) {
+    o.entry_ttl = SHARED_TTL;
+    o.attr_ttl = SHARED_TTL;
+    o.keep_cache = false;
+}
+
 /// The URL, when `target` is one.
 pub fn url(target: &Path) -> Option<&str> {
     target.to_str().filter(|s| EtcdConfig::is_url(s))

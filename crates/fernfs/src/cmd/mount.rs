@@ -69,8 +69,7 @@ pub struct UmountArgs {
 fn parse_options(target: &Path, list: &[String]) -> Result<MountOptions, CmdError> {
     let mut o = MountOptions::default();
     if super::etcd::url(target).is_some() {
-        o.entry_ttl = super::etcd::SHARED_TTL;
-        o.attr_ttl = super::etcd::SHARED_TTL;
+        super::etcd::shared_mount_options(&mut o);
     }
     for s in list {
         o.parse_into(s)?;
