@@ -228,6 +228,10 @@ impl Fs {
     /// The stat location of an inode this mount knows.
     pub(crate) fn loc(&self, ino: InodeId) -> FsResult<(Loc, FileType)> {
         match self.inodes.get(ino) {
+            // On a shared store the kernel may still name an inode freed here by a last close
+            // after another mount removed its name: ESTALE makes the kernel look the name up
+            // again (LOOKUP_REVAL) instead of reporting it missing.
+            Some(k) if k.loc == Loc::Gone && self.is_shared() => Err(FsError::Stale),
             Some(k) if k.loc == Loc::Gone => Err(FsError::NotFound),
             Some(k) => Ok((k.loc, k.kind)),
             None => Err(FsError::Stale),

@@ -180,6 +180,7 @@ impl Fs {
             }
         };
         let existing = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            self.dir_alive(&*txn, parent, &ploc)?;
             if !known_absent {
                 if let Some(v) = txn.get(self.t.dentry, &key)? {
                     return Ok(Some(Dentry::decode(&v)?));
@@ -283,6 +284,7 @@ impl Fs {
         let newkey = schema::named_key(newparent, newname);
         let now = Timespec::now();
         let inode = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            self.dir_alive(&*txn, newparent, &nploc)?;
             if txn.get(self.t.dentry, &newkey)?.is_some() {
                 return Err(FsError::Exists);
             }

@@ -18,6 +18,7 @@
 
 use fern_kv::{transact_opts, Direction, KeyRange, KvRead, WriteOptions};
 
+use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
 use crate::fs::Fs;
 use crate::ids::InodeId;
@@ -36,6 +37,22 @@ impl Fs {
     /// Whether other mounts may write this store (then no single-writer cache is trusted).
     pub(crate) fn is_shared(&self) -> bool {
         self.shared.is_some()
+    }
+
+    /// On a shared store, checks in transaction `r` that directory `dir` (at `loc`) still
+    /// exists before a name is put in it: another mount may have removed it while this
+    /// mount's kernel still caches it, and a name put in a removed directory would be lost.
+    /// The read also makes a concurrent rmdir conflict the transaction. Nothing to do on a
+    /// sole writer (its own rmdir marks the directory, which `live_dir` checks).
+    pub(crate) fn dir_alive(&self, r: &dyn KvRead, dir: InodeId, loc: &Loc) -> FsResult<()> {
+        if !self.is_shared() {
+            return Ok(());
+        }
+        match self.read_inode_at(r, dir, loc) {
+            Ok(inode) if inode.stat.nlink > 0 => Ok(()),
+            Ok(_) | Err(FsError::Stale | FsError::NotFound) => Err(FsError::NotFound),
+            Err(e) => Err(e),
+        }
     }
 
     /// Registers this mount's first open of file `ino` (the caller holds `ino`'s lock), then
