@@ -21,8 +21,8 @@ use etcd_client::{
 };
 use fern_kv::occ::covered;
 use fern_kv::{
-    Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvSession, KvStore, KvTxn, Limits, RetryPolicy,
-    TreeId, UpdateRegistry, WriteBatch, WriteOptions,
+    Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvSession, KvStore, KvTxn, Limits,
+    RetryPolicy, TreeId, UpdateRegistry, WriteBatch, WriteOptions,
 };
 use parking_lot::Mutex;
 

@@ -235,7 +235,11 @@ fn a_directory_made_this_session_takes_names_from_both_mounts() {
     fs::create_dir(m.b.join("d/e")).expect("mkdir on b");
     for dir in ["d", "d/e"] {
         for i in 0..10 {
-            let (mine, other) = if i % 2 == 0 { (&m.a, &m.b) } else { (&m.b, &m.a) };
+            let (mine, other) = if i % 2 == 0 {
+                (&m.a, &m.b)
+            } else {
+                (&m.b, &m.a)
+            };
             let name = format!("{dir}/n{i}");
             fs::OpenOptions::new()
                 .write(true)
@@ -311,7 +315,10 @@ fn an_open_after_another_mounts_close_reads_its_data() {
         return;
     };
     fs::write(m.a.join("h"), vec![b'a'; 10_000]).expect("write on a");
-    assert_eq!(fs::read(m.b.join("h")).expect("read on b"), vec![b'a'; 10_000]);
+    assert_eq!(
+        fs::read(m.b.join("h")).expect("read on b"),
+        vec![b'a'; 10_000]
+    );
     let mut w = fs::OpenOptions::new()
         .write(true)
         .open(m.a.join("h"))
@@ -369,7 +376,8 @@ fn a_rename_on_one_mount_is_atomic_on_the_other() {
         fs::rename(&tmp, m.a.join("t")).expect("rename over t");
     }
     assert!(
-        within(Duration::from_secs(3), || fs::read(m.b.join("t")).ok() == Some(version(20))),
+        within(Duration::from_secs(3), || fs::read(m.b.join("t")).ok()
+            == Some(version(20))),
         "b sees the last version within its TTLs"
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
