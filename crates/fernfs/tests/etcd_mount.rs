@@ -385,3 +385,71 @@ fn a_rename_on_one_mount_is_atomic_on_the_other() {
     assert!(!seen.is_empty());
     m.finish();
 }
+
+/// The pid of the daemon serving mountpoint `mp` (started with `-f` and the mountpoint).
+fn daemon_of(mp: &std::path::Path) -> Option<i32> {
+    let want = mp.to_string_lossy().into_owned();
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        let has = |s: &[u8]| args.contains(&s);
+        if has(b"mount") && has(b"-f") && has(want.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// §7 rule 3, the other half: a mount killed with SIGKILL while holding an unlinked file open
+/// leaves a registration that its lease takes away within `LEASE_TTL`; the next mount then
+/// frees the file (fsck: no pending orphan). While the lease lives, a mount leaves it alone.
+#[test]
+fn a_killed_mounts_open_files_are_freed_once_its_lease_expires() {
+    let Some(m) = TwoMounts::start("killed") else {
+        return;
+    };
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.a.join("f"))
+        .expect("create on a");
+    f.write_all(&[9u8; 5000]).expect("write");
+    fs::remove_file(m.b.join("f")).expect("unlink on b while a holds it");
+    let pid = daemon_of(&m.a).expect("a's daemon");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill a's daemon");
+    drop(f);
+    let _ = nix::mount::umount2(&m.a, nix::mount::MntFlags::MNT_DETACH);
+    let remount_c = |m: &TwoMounts| {
+        let c = m._tmp.path().join("c");
+        let _ = fs::create_dir(&c);
+        let _gc = MountGuard(c.clone());
+        ok(&["mount", &m.url, c.to_str().expect("utf-8")]);
+        ok(&["umount", c.to_str().expect("utf-8")]);
+    };
+    // At once: the dead mount's lease still holds the file, so it stays.
+    remount_c(&m);
+    let out = ok(&["fsck", &m.url]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("pending orphan"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::thread::sleep(fern_etcd::LEASE_TTL + Duration::from_secs(2));
+    remount_c(&m);
+    ok(&["umount", m.b.to_str().expect("utf-8")]);
+    let out = ok(&["fsck", &m.url]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("0 problems"), "{report}");
+    assert!(!report.contains("pending orphan"), "{report}");
+}
