@@ -8,6 +8,8 @@
 //!   runtime owned by the store; [`txn`] its optimistic transactions (compare on mod_revision).
 //! * [`EtcdConfig`]: endpoints, prefix, deadline, TLS and user; parsed from
 //!   `etcd://[USER@]HOST:PORT[,…]/PREFIX` and the client configuration file.
+//! * `session`: held keys — the store's etcd lease, kept alive while the store lives
+//!   (`KvStore::session`; fern-fs's open-file registrations).
 //! * [`local`]: a private etcd on loopback for tests and scripts.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -17,8 +19,10 @@ mod error;
 pub mod keys;
 pub mod local;
 pub mod plan;
+mod session;
 mod store;
 mod txn;
 
 pub use config::{BadUrl, EtcdConfig, Password, TlsFiles};
+pub use session::LEASE_TTL;
 pub use store::{EtcdStore, ETCD_LIMITS};

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -20,8 +21,8 @@ use etcd_client::{
 };
 use fern_kv::occ::covered;
 use fern_kv::{
-    Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, RetryPolicy,
-    TreeId, UpdateRegistry, WriteBatch, WriteOptions,
+    Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvSession, KvStore, KvTxn, Limits,
+    RetryPolicy, TreeId, UpdateRegistry, WriteBatch, WriteOptions,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -29,6 +30,7 @@ use crate::config::EtcdConfig;
 use crate::error::{classify, timed_out, Failure};
 use crate::keys::{EtcdRange, Keyspace};
 use crate::plan::{self, EtcdOp, Guard, Stored};
+use crate::session::Lease;
 use crate::txn::EtcdTxn;
 
 /// What one batch may hold on etcd (docs/distributed.md §3): etcd's 128 ops, and 1 MiB of the
@@ -106,6 +108,8 @@ pub struct EtcdStore {
     /// `mod_revision`, so a stale entry costs one failed attempt, whose failure branch reads
     /// the key — the same two round trips as a miss.
     known: Mutex<BTreeMap<Vec<u8>, Stored>>,
+    /// This store's session (its etcd lease), granted on the first `session` call.
+    lease: Mutex<Option<Arc<Lease>>>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -188,6 +192,7 @@ impl EtcdStore {
             endpoints,
             requests: AtomicU64::new(0),
             known: Mutex::new(BTreeMap::new()),
+            lease: Mutex::new(None),
         };
         let probe = store.ks.all();
         store.call(Resend::Always, |mut kv| {
@@ -640,6 +645,66 @@ impl KvStore for EtcdStore {
 
     fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// Every etcd store is shared: any number of mounts may open the same prefix.
+    fn session(&self) -> KvResult<Option<&dyn KvSession>> {
+        self.lease()?;
+        Ok(Some(self))
+    }
+}
+
+impl EtcdStore {
+    /// The session's lease, granted on first use.
+    fn lease(&self) -> KvResult<Arc<Lease>> {
+        let mut l = self.lease.lock();
+        if let Some(l) = &*l {
+            return Ok(l.clone());
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let granted = Arc::new(Lease::grant(
+            &self.client,
+            &self.rt,
+            self.timeout,
+            &self.endpoints,
+        )?);
+        *l = Some(granted.clone());
+        Ok(granted)
+    }
+}
+
+impl KvSession for EtcdStore {
+    fn id(&self) -> u64 {
+        self.lease.lock().as_ref().map_or(0, |l| l.id as u64)
+    }
+
+    fn put_held(&self, tree: TreeId, key: &[u8], value: &[u8]) -> KvResult<()> {
+        let lease = self.lease()?;
+        if lease.lost.load(Ordering::Acquire) {
+            return Err(KvError::Unavailable(format!(
+                "etcd at {}: this mount's lease expired (cut off for longer than {:?})",
+                self.endpoints,
+                crate::session::LEASE_TTL
+            )));
+        }
+        let k = self.ks.key(tree, key)?;
+        let opts = etcd_client::PutOptions::new().with_lease(lease.id);
+        // A put is idempotent, so it may be sent again after any failure.
+        self.call(Resend::Always, |mut kv| {
+            let (k, v, opts) = (k.clone(), value.to_vec(), opts.clone());
+            async move { kv.put(k, v, Some(opts)).await }
+        })?;
+        Ok(())
+    }
+}
+
+impl Drop for EtcdStore {
+    /// Revokes the session's lease, so this store's held keys disappear now rather than after
+    /// the lease's time to live.
+    fn drop(&mut self) {
+        if let Some(l) = self.lease.lock().take() {
+            l.revoke(&self.client, &self.rt, Duration::from_secs(1));
+        }
     }
 }
 

@@ -1,6 +1,14 @@
 //! What file-system operations cost in etcd round trips (docs/distributed.md §8): counted,
 //! not timed, so the figures hold on a loaded machine. The bounds are today's costs; a change
 //! that adds round trips to a hot path fails here and must say why.
+//!
+//! The costs are those of a mount of a *shared* store (every etcd store is one), under the
+//! rules of docs/distributed.md §7: no single-writer cache (each path component is looked up,
+//! each existence check and each write's size read), stats in the inode tree (a lookup reads
+//! the entry, then the record), open files registered under the mount's lease (a first open
+//! puts the registration and re-reads the inode; a last close removes it in a transaction
+//! that reads the orphan record), a name put only in a directory read alive in the same
+//! transaction.
 
 use std::sync::Arc;
 
@@ -38,37 +46,38 @@ fn round_trips_per_operation() {
         eprintln!("{what:<28} {n:>3} etcd round trips");
         costs.push((what, n, bound));
     };
-    measure("create + close (empty)", 1, &mut || {
+    // Lookup of /d (2), the create transaction (parent alive, entry absent, commit: 3),
+    // registration + check (2), close (2).
+    measure("create + close (empty)", 9, &mut || {
         let f = p.open(b"/d/a", rw()).expect("create");
         p.close(f).expect("close");
     });
     let f = p.open(b"/d/a", rw()).expect("open");
-    // 2, not 1: st_blocks keeps a per-mount mirror of each file's size and stored blocks
-    // (fern-fs stored.rs). A file reopened through the name cache (no lookup read its stat)
-    // pays one stat read at its first write; later writes are blind again (the next two).
+    // Every write reads the file's stat first (size and stored blocks: another mount may have
+    // changed them, fern-fs stored.rs), then writes one Txn.
     measure("first write 4 KiB after reopen", 2, &mut || {
         p.write_at(&f, 0, &[1u8; 4096]).expect("write");
     });
-    measure("write 4 KiB (one block)", 1, &mut || {
+    measure("write 4 KiB (one block)", 2, &mut || {
         p.write_at(&f, 4096, &[1u8; 4096]).expect("write");
     });
-    measure("write 100 B inside a block", 2, &mut || {
+    measure("write 100 B inside a block", 3, &mut || {
         p.write_at(&f, 10, &[2u8; 100]).expect("write");
     });
-    measure("write 1 MiB", 3, &mut || {
+    measure("write 1 MiB", 4, &mut || {
         p.write_at(&f, 0, &vec![3u8; 1 << 20]).expect("write");
     });
     p.close(f).expect("close");
-    measure("stat", 1, &mut || {
+    measure("stat", 4, &mut || {
         p.stat(b"/d/a").expect("stat");
     });
-    measure("rename", 3, &mut || {
+    measure("rename", 7, &mut || {
         p.rename(b"/d/a", b"/d/b", 0).expect("rename");
     });
-    measure("unlink (1 MiB file)", 2, &mut || {
+    measure("unlink (1 MiB file)", 6, &mut || {
         p.unlink(b"/d/b").expect("unlink");
     });
-    measure("mkdir", 1, &mut || {
+    measure("mkdir", 5, &mut || {
         p.mkdir(b"/d/e", 0o755).expect("mkdir");
     });
     for (what, n, bound) in costs {

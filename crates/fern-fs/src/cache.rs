@@ -3,6 +3,12 @@
 //! checks without a read. It owns no persistent data and must never be the only record of
 //! anything: dropping it (a crash) loses nothing the store does not also know, except which
 //! files were open (the orphan records cover that).
+//!
+//! Several of these answer from memory what only holds while this mount is the only writer
+//! of its store (name sets, directory entries, file shapes). On a shared store
+//! (`KvStore::session` is `Some`, read once at `Fs::mount`) each is built switched off
+//! ([`Inodes::new`], [`NameCache::new`], [`DirEntries::new`]) and every question goes to the
+//! store (docs/distributed.md §7).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,9 +59,20 @@ pub struct Inodes {
     /// Bumped by every committed change of a file's shape: a lookup that read a stat seeds
     /// the shape from it only if no change committed since it started (stored.rs).
     shape_epoch: AtomicU64,
+    /// Another mount may change a file's size and blocks: no shape is ever answered from
+    /// memory (stored.rs reads the stat each time).
+    shared: bool,
 }
 
 impl Inodes {
+    /// An empty table; `shared`: the store has other writers (shapes are never trusted).
+    pub fn new(shared: bool) -> Self {
+        Self {
+            shared,
+            ..Self::default()
+        }
+    }
+
     /// The current shape epoch; read before reading a stat that may seed a shape.
     pub(crate) fn shape_epoch(&self) -> u64 {
         self.shape_epoch.load(Ordering::Acquire)
@@ -63,6 +80,9 @@ impl Inodes {
 
     /// The shape of `id`, if known (without cloning the rest of its entry: every write asks).
     pub(crate) fn shape(&self, id: InodeId) -> Option<crate::stored::Shape> {
+        if self.shared {
+            return None;
+        }
         self.map.lock().get(&id).and_then(|k| k.shape)
     }
 
@@ -148,15 +168,29 @@ const MAX_DIRS: usize = 4096;
 /// Complete name sets of directories this mount created (so it has seen every name in them).
 /// A name absent from a complete set does not exist; that answers the kernel's lookup before a
 /// create and the create's own existence check without a read. Sound only because one mount is
-/// the only writer of its store (docs/fs-design.md, "single writer").
+/// the only writer of its store (docs/fs-design.md, "single writer"): off on a shared store,
+/// where another mount may add a name to a directory this one created.
 #[derive(Default)]
 pub struct NameCache {
     dirs: Mutex<HashMap<InodeId, HashSet<Vec<u8>>>>,
+    /// Never complete: every existence question is read from the store.
+    off: bool,
 }
 
 impl NameCache {
+    /// An empty cache; `shared`: the store has other writers, and the cache stays empty.
+    pub fn new(shared: bool) -> Self {
+        Self {
+            off: shared,
+            ..Self::default()
+        }
+    }
+
     /// `dir` was just created: it is complete and empty.
     pub fn new_dir(&self, dir: InodeId) {
+        if self.off {
+            return;
+        }
         let mut d = self.dirs.lock();
         if d.len() >= MAX_DIRS {
             // Forgetting a directory only costs reads later, never correctness.
@@ -205,16 +239,27 @@ const MAX_DIR_ENTRIES: usize = 1 << 16;
 /// from it without a read. Only directories are kept: their entry never changes while it
 /// exists except by rename or rmdir, which forget it under the parent's lock — the same lock
 /// every fill and every hit takes, so a hit is exactly what the store would answer. Sound only
-/// under the single-writer rule, like [`NameCache`].
+/// under the single-writer rule, like [`NameCache`]: off on a shared store, where another
+/// mount may rename or remove the directory.
 #[derive(Default)]
 pub struct DirEntries {
     map: Mutex<HashMap<DirKey, (InodeId, Loc)>>,
+    /// Remembers nothing: every path component is looked up in the store.
+    off: bool,
 }
 
 /// (parent, name) of a directory entry.
 type DirKey = (InodeId, Vec<u8>);
 
 impl DirEntries {
+    /// An empty table; `shared`: the store has other writers, and the table stays empty.
+    pub fn new(shared: bool) -> Self {
+        Self {
+            off: shared,
+            ..Self::default()
+        }
+    }
+
     /// The directory `name` in `parent`, if remembered.
     pub fn get(&self, parent: InodeId, name: &[u8]) -> Option<(InodeId, Loc)> {
         // The key is built only to probe; directory names are short.
@@ -223,6 +268,9 @@ impl DirEntries {
 
     /// Directory `id` is `name` in `parent`, its stat at `loc`.
     pub fn put(&self, parent: InodeId, name: &[u8], id: InodeId, loc: Loc) {
+        if self.off {
+            return;
+        }
         let mut m = self.map.lock();
         if m.len() >= MAX_DIR_ENTRIES {
             // Forgetting costs reads later, never correctness.

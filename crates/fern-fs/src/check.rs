@@ -664,7 +664,9 @@ fn analyze(s: &Scan) -> Report {
                 Some(Err(_)) => {}
                 Some(Ok(rec)) => {
                     let rk = rec.stat.kind().ok();
-                    if rk == Some(FileType::Directory) {
+                    // A directory made on a shared store has its one entry linked to its
+                    // record (docs/distributed.md §7); a second name would be a hard link.
+                    if rk == Some(FileType::Directory) && linked.get(&id).map_or(0, Vec::len) > 1 {
                         c.push(
                             "S1",
                             ST_STRUCTURE,
@@ -1002,8 +1004,9 @@ fn analyze(s: &Scan) -> Report {
                         .map(|f| (format!("set it to {want}"), vec![f])),
                 );
             }
-            let want_parent = match home.get(&id) {
-                Some(Home::Inline(i)) => s.entries[*i].parent,
+            let want_parent = match (home.get(&id), linked.get(&id).map(Vec::as_slice)) {
+                (Some(Home::Inline(i)), _) => s.entries[*i].parent,
+                (_, Some([i])) => s.entries[*i].parent,
                 _ => root,
             };
             let ok = matches!(s.dirparent.get(&id), Some(Ok(p)) if *p == want_parent);

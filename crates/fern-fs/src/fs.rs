@@ -6,7 +6,10 @@
 //!
 //! Single writer: one `Fs` is the only writer of its store. In-memory state (stat locations,
 //! name cache, open counts) is exact only under that rule; namespace changes still run as
-//! optimistic transactions so that the distributed mode only has to add cache leases.
+//! optimistic transactions. On a shared store (`KvStore::session` is `Some`, asked once at
+//! mount) the single-writer caches are built switched off, new inodes keep their stat in the
+//! inode tree (its key never moves, whatever another mount renames or links), and open files
+//! are registered with the store (`shared.rs`); docs/distributed.md §7.
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::AtomicU64;
@@ -87,6 +90,8 @@ pub struct Fs {
     /// of any file system), so they never write.
     pub(crate) read_only: bool,
     pub(crate) atime: crate::atime::AtimeSetting,
+    /// Set on a shared store: this mount's session and the registration tree (shared.rs).
+    pub(crate) shared: Option<crate::shared::Shared>,
 }
 
 impl Fs {
@@ -128,11 +133,16 @@ impl Fs {
     }
 
     /// Mounts the file system in `kv`, freeing the data of files that were unlinked while open
-    /// when the previous mount stopped (nothing can hold them open any more).
+    /// when the previous mount stopped (nothing can hold them open any more). On a shared
+    /// store, only those no live mount has registered as open (shared.rs).
     pub fn mount(kv: Arc<dyn KvStore>) -> FsResult<Fs> {
         let mut fs = Self::mount_read_only(kv)?;
         fs.read_only = false;
-        fs.clean_orphans()?;
+        if fs.is_shared() {
+            fs.clean_shared_orphans()?;
+        } else {
+            fs.clean_orphans()?;
+        }
         Ok(fs)
     }
 
@@ -145,21 +155,31 @@ impl Fs {
             Some(v) => Superblock::decode(&v)?,
             None => return Err(FsError::NotFormatted("no superblock".into())),
         };
+        // Asked once: whether other mounts write this store decides which caches exist.
+        let shared = match kv.session()? {
+            Some(s) => Some(crate::shared::Shared {
+                session: s.id(),
+                open: kv.tree(schema::OPEN_TREE)?,
+            }),
+            None => None,
+        };
+        let on = shared.is_some();
         let fs = Fs {
             kv,
             t,
             sb,
             ids: IdAllocator::new(),
             locks: Stripes::new(),
-            inodes: Inodes::default(),
-            names: NameCache::default(),
-            dirents: DirEntries::default(),
+            inodes: Inodes::new(on),
+            names: NameCache::new(on),
+            dirents: DirEntries::new(on),
             dir_table: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             policy: RetryPolicy::default(),
             read_only: true,
             atime: Default::default(),
+            shared,
         };
         fs.inodes
             .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);
@@ -208,6 +228,10 @@ impl Fs {
     /// The stat location of an inode this mount knows.
     pub(crate) fn loc(&self, ino: InodeId) -> FsResult<(Loc, FileType)> {
         match self.inodes.get(ino) {
+            // On a shared store the kernel may still name an inode freed here by a last close
+            // after another mount removed its name: ESTALE makes the kernel look the name up
+            // again (LOOKUP_REVAL) instead of reporting it missing.
+            Some(k) if k.loc == Loc::Gone && self.is_shared() => Err(FsError::Stale),
             Some(k) if k.loc == Loc::Gone => Err(FsError::NotFound),
             Some(k) => Ok((k.loc, k.kind)),
             None => Err(FsError::Stale),

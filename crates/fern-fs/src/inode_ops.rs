@@ -232,7 +232,21 @@ impl Fs {
             if kind == FileType::Directory && flags.write {
                 return Err(FsError::IsDir);
             }
-            self.inodes.update(ino, |k| k.opens += 1);
+            let first = self
+                .inodes
+                .update(ino, |k| {
+                    k.opens += 1;
+                    k.opens == 1
+                })
+                .unwrap_or(false);
+            if first && kind == FileType::Regular && self.is_shared() {
+                // Under the lock, so a concurrent last close here cannot drop it meanwhile.
+                if let Err(e) = self.register_open(ino) {
+                    self.inodes.update(ino, |k| k.opens -= 1);
+                    self.inodes.drop_if_unused(ino);
+                    return Err(e);
+                }
+            }
             kind
         };
         let fh = Fh(self.next_fh.fetch_add(1, Ordering::Relaxed));
@@ -283,14 +297,25 @@ impl Fs {
         let handle = self.handles.lock().remove(&fh).ok_or(FsError::BadHandle)?;
         let ino = handle.ino;
         let _g = self.locks.lock(&[ino]);
-        let free = self
+        let (free, last_file) = self
             .inodes
             .update(ino, |k| {
                 k.opens = k.opens.saturating_sub(1);
-                k.opens == 0 && k.orphan
+                (
+                    k.opens == 0 && k.orphan,
+                    k.opens == 0 && k.kind == FileType::Regular,
+                )
             })
-            .unwrap_or(false);
-        if free {
+            .unwrap_or((false, false));
+        if last_file && self.is_shared() {
+            // Another mount may hold it too (or have orphaned it): the store decides.
+            if self.unregister_open(ino)? {
+                self.inodes.update(ino, |k| {
+                    k.orphan = false;
+                    k.loc = Loc::Gone;
+                });
+            }
+        } else if free {
             let mut b = WriteBatch::new();
             self.free_inode(&mut b, ino);
             self.kv.write(b, WriteOptions::NO_SYNC.freeing(0))?;

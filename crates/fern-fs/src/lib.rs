@@ -30,6 +30,7 @@ pub mod perm;
 mod record;
 mod rename;
 pub mod schema;
+mod shared;
 mod stored;
 pub mod upsert;
 mod xattr;

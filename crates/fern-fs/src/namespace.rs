@@ -168,18 +168,39 @@ impl Fs {
         stat.size = payload.len() as u64;
         let inode = Inode { stat, payload };
         let key = schema::named_key(parent, name);
+        let linked = self.is_shared();
+        let new_loc = || {
+            if linked {
+                Loc::Inode
+            } else {
+                Loc::Entry {
+                    parent,
+                    name: name.to_vec(),
+                }
+            }
+        };
         let existing = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            self.dir_alive(&*txn, parent, &ploc)?;
             if !known_absent {
                 if let Some(v) = txn.get(self.t.dentry, &key)? {
                     return Ok(Some(Dentry::decode(&v)?));
                 }
             }
-            let entry = Dentry::Inline {
-                id,
-                inode: inode.clone(),
-            }
-            .encode();
-            txn.batch().put(self.t.dentry, key.clone(), entry);
+            let entry = if linked {
+                // Shared store: the stat goes where no other mount's rename or link moves it.
+                txn.batch()
+                    .put(self.t.inode, schema::id_key(id), inode.encode_record());
+                Dentry::Linked {
+                    id,
+                    mode: inode.stat.mode,
+                }
+            } else {
+                Dentry::Inline {
+                    id,
+                    inode: inode.clone(),
+                }
+            };
+            txn.batch().put(self.t.dentry, key.clone(), entry.encode());
             let delta = StatDelta {
                 mtime: Some(now),
                 ctime: Some(now),
@@ -217,11 +238,7 @@ impl Fs {
         }
         self.names.insert(parent, name);
         if is_dir {
-            let loc = Loc::Entry {
-                parent,
-                name: name.to_vec(),
-            };
-            self.dirents.put(parent, name, id, loc);
+            self.dirents.put(parent, name, id, new_loc());
             self.names.new_dir(id);
             self.dir_table.put(
                 id,
@@ -231,14 +248,7 @@ impl Fs {
                 },
             );
         }
-        self.inodes.pin(
-            id,
-            Loc::Entry {
-                parent,
-                name: name.to_vec(),
-            },
-            kind,
-        );
+        self.inodes.pin(id, new_loc(), kind);
         if kind == FileType::Regular {
             // Nobody can have written it yet: its name became visible under the parent's
             // lock, which every lookup takes and this call still holds.
@@ -274,6 +284,7 @@ impl Fs {
         let newkey = schema::named_key(newparent, newname);
         let now = Timespec::now();
         let inode = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            self.dir_alive(&*txn, newparent, &nploc)?;
             if txn.get(self.t.dentry, &newkey)?.is_some() {
                 return Err(FsError::Exists);
             }
@@ -408,7 +419,11 @@ impl Fs {
         now: Timespec,
     ) -> FsResult<(Fate, u64)> {
         let id = d.id();
-        let open = self.inodes.get(id).is_some_and(|k| k.opens > 0);
+        let linked = matches!(d, Dentry::Linked { .. });
+        // On a shared store another mount may hold the file open: its registration, read in
+        // this transaction, counts as an open here (shared.rs).
+        let open = self.inodes.get(id).is_some_and(|k| k.opens > 0)
+            || (d.kind()? != FileType::Directory && self.held_open(&*txn, id, None)?);
         let mut inode = match d {
             Dentry::Inline { inode, .. } => inode,
             Dentry::Linked { .. } => self.read_record(&*txn, id)?,
@@ -436,6 +451,10 @@ impl Fs {
         if inode.stat.kind()? != FileType::Directory {
             self.free_inode(b, id);
             return Ok((Fate::Freed, inode.stat.size));
+        }
+        if linked {
+            // A directory made on a shared store keeps its stat in the inode tree.
+            b.delete(self.t.inode, schema::id_key(id));
         }
         Ok((Fate::Freed, 0))
     }

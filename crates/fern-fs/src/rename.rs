@@ -102,6 +102,10 @@ impl Fs {
             let guard = self.locks.lock(&lockset);
             let (ploc, _) = self.loc(parent)?;
             let nploc = self.live_dir(newparent)?;
+            if newparent != parent {
+                // The source's parent is alive: it held the source entry just read.
+                self.dir_alive(&*txn, newparent, &nploc)?;
+            }
             let src_dir = cur_src.kind()? == FileType::Directory;
             let dst_dir = match &cur_dst {
                 Some(d) => d.kind()? == FileType::Directory,

@@ -42,6 +42,19 @@ impl Trees {
     }
 }
 
+/// The tree of open-file registrations, used only on a shared store (docs/distributed.md §7):
+/// (file id, session id) → empty, each key held by the registering mount's session. Resolved
+/// only by a mount of a shared store, so local images never gain it.
+pub const OPEN_TREE: &str = "fs.open";
+
+/// The registration of file `id` by session `session`: 16 bytes, the id first so that one
+/// file's registrations are the range [`id_prefix_range`] of `id`.
+pub fn open_key(id: InodeId, session: u64) -> Vec<u8> {
+    let mut w = Writer::with_capacity(16);
+    w.u64(id.0).u64(session);
+    w.finish()
+}
+
 /// Key of the superblock in `meta`.
 pub const SUPER_KEY: &[u8] = b"superblock";
 /// Key of the id allocator's high-water mark in `meta`.

@@ -59,6 +59,8 @@ pub struct FernFuse {
     attr_ttl: Duration,
     negative_ttl: Duration,
     writeback: bool,
+    /// FOPEN flags of every open and create reply ([`OPEN_FLAGS`] unless `keep_cache` is off).
+    open_flags: FopenFlags,
     max_write: u32,
     stats: StatsSource,
     killpriv: KillPriv,
@@ -77,6 +79,11 @@ impl FernFuse {
             attr_ttl: opts.attr_ttl,
             negative_ttl: opts.negative_ttl,
             writeback: opts.writeback_cache,
+            open_flags: if opts.keep_cache {
+                OPEN_FLAGS
+            } else {
+                OPEN_FLAGS.difference(FopenFlags::FOPEN_KEEP_CACHE)
+            },
             max_write: opts.max_write,
             stats: opts.stats.clone(),
             killpriv: KillPriv::default(),
@@ -111,7 +118,8 @@ fn name(n: &OsStr) -> &[u8] {
 
 /// Open flags of every file handle:
 /// * KEEP_CACHE: page cache kept across opens (a local store has this mount as its only
-///   writer, and every write goes through this kernel, so the cache is never stale);
+///   writer, and every write goes through this kernel, so the cache is never stale); left
+///   out when `MountOptions::keep_cache` is off (a shared store: close-to-open);
 /// * NOFLUSH: no FLUSH request at close(2) — FLUSH has nothing to do here (fern-fs buffers
 ///   nothing per handle, and locks are the kernel's), so this saves a round trip per close.
 ///   Under the writeback cache the kernel ignores NOFLUSH (it writes the dirty pages at
@@ -396,7 +404,7 @@ impl Handler for FernFuse {
                 if of.truncate && of.write && req.uid() != 0 {
                     killpriv::drop_caps(&self.fs, ino(i));
                 }
-                reply.opened(FileHandle(h.0), OPEN_FLAGS)
+                reply.opened(FileHandle(h.0), self.open_flags)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -667,7 +675,7 @@ impl Handler for FernFuse {
                 &file_attr(&a),
                 GEN,
                 FileHandle(h.0),
-                OPEN_FLAGS,
+                self.open_flags,
             ),
             Err(e) => reply.error(errno(&e)),
         }

@@ -48,6 +48,11 @@ pub struct MountOptions {
     /// requests per file instead of 5). Never on for shared stores ([`MountOptions::shared`]):
     /// another mount's writes would not invalidate pages the kernel caches here.
     pub writeback_cache: bool,
+    /// Keep a file's page cache across opens (FOPEN_KEEP_CACHE). Right when this mount is the
+    /// only writer; a mount of a shared store (etcd) turns it off, so every open drops what
+    /// the kernel cached and reads what other mounts wrote before (close-to-open,
+    /// docs/distributed.md §7). Not a `-o` option: set by whoever opens the store.
+    pub keep_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
     /// How requests travel (`transport=dev|uring`; docs/fuse.md, "Transports").
@@ -139,6 +144,7 @@ impl Default for MountOptions {
             // The same reasoning as the entry TTL: only this kernel creates names.
             negative_ttl: Duration::from_secs(3600),
             writeback_cache: false,
+            keep_cache: true,
             // Measured with F1 (sequential creates) on the 2-core CI box: 1 loop ~7000-9500
             // files/s, 2 loops ~4400-7000, 4 loops ~1400-3200; with 4 parallel writers 2
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups
@@ -171,14 +177,17 @@ pub enum OptionError {
 impl MountOptions {
     /// The options of a mount whose store other mounts change too (etcd): names and
     /// attributes are trusted for `ttl` only, missing names are never cached (another mount
-    /// may create them), and no writeback cache (another mount's writes would not reach
-    /// pages cached here). `-o` options applied afterwards still override each.
+    /// may create them), no writeback cache (another mount's writes would not reach
+    /// pages cached here), and no page cache kept across opens (close-to-open: each open
+    /// reads what other mounts wrote before it). `-o` options applied afterwards still
+    /// override each.
     pub fn shared(ttl: Duration) -> Self {
         MountOptions {
             entry_ttl: ttl,
             attr_ttl: ttl,
             negative_ttl: Duration::ZERO,
             writeback_cache: false,
+            keep_cache: false,
             ..MountOptions::default()
         }
     }

@@ -20,7 +20,7 @@ mod types;
 pub use batch::{Op, WriteBatch};
 pub use error::{KvError, KvResult};
 pub use retry::{transact, transact_opts, Backoff, RetryPolicy, Retryable};
-pub use store::{KvRead, KvStore, KvTxn};
+pub use store::{KvRead, KvSession, KvStore, KvTxn};
 pub use types::{
     prefix_successor, Direction, KeyRange, Limits, MergeFn, StoreSpace, TreeId, UpdateFn,
     UpdateFnId, UpdateRegistry, WriteOptions,

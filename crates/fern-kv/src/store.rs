@@ -96,6 +96,28 @@ pub trait KvStore: KvRead + Send + Sync {
     fn space(&self) -> Option<crate::StoreSpace> {
         None
     }
+
+    /// This handle's session when other handles (other processes, other machines) may write
+    /// the store at the same time; `Ok(None)` when this handle is its only writer (the
+    /// embedded backends), which lets a caller trust what it remembers of the store between
+    /// reads. Asked once, when the caller starts using the store (fern-fs: `Fs::mount`); a
+    /// shared store may start its session on that first call (etcd: grants the lease).
+    fn session(&self) -> KvResult<Option<&dyn KvSession>> {
+        Ok(None)
+    }
+}
+
+/// A live handle's presence on a shared store (etcd: a lease kept alive by the handle). What
+/// it holds disappears when the handle goes away — dropped, its process killed, or cut off
+/// from the store for longer than the session's time to live — so other handles can tell
+/// live holders from dead ones.
+pub trait KvSession: Send + Sync {
+    /// Unique among the sessions ever started on the store.
+    fn id(&self) -> u64;
+
+    /// Puts `key` → `value` in `tree`, held by this session: durable on return, and removed
+    /// by the store when the session ends. Removing it earlier is an ordinary delete.
+    fn put_held(&self, tree: TreeId, key: &[u8], value: &[u8]) -> KvResult<()>;
 }
 
 /// An optimistic transaction: recorded reads plus a buffered batch. Dropping it without

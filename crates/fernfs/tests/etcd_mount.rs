@@ -1,12 +1,17 @@
 //! `fernfs mkfs etcd://…` and two `fernfs mount etcd://…` daemons of one prefix on a private
 //! etcd: a namespace change committed through one mount is seen through the other, under the
 //! rule of docs/distributed.md §7 (etcd mounts keep kernel entries and attributes for 1 s; a
-//! name the other mount never looked up is seen at once, a cached one within the TTL).
+//! name the other mount never looked up is seen at once, a cached one within the TTL). The
+//! later tests are one consistency rule each (§7, "Consistency across mounts"): names in a
+//! directory made during the session, open files surviving another mount's start and
+//! another mount's unlink, close-to-open for data, atomic rename.
 //!
 //! Needs /dev/fuse and root (or fusermount3), and an etcd binary: without them it prints
 //! SKIPPED and returns, unless FERN_REQUIRE_FUSE=1 / FERN_REQUIRE_ETCD=1 make that a failure.
 
 use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -139,4 +144,312 @@ fn two_mounts_of_one_prefix_see_each_others_namespace() {
     let repair = fernfs(&["fsck", &url, "--repair"]);
     assert_eq!(repair.status.code(), Some(8), "operational error");
     assert!(String::from_utf8_lossy(&repair.stderr).contains("not supported"));
+}
+
+/// A formatted prefix with two live mounts of it, `a` and `b` (two daemons, two processes),
+/// detached on drop.
+struct TwoMounts {
+    url: String,
+    a: PathBuf,
+    b: PathBuf,
+    _guards: [MountGuard; 2],
+    _tmp: tempfile::TempDir,
+    // Keeps the private etcd alive as long as the mounts.
+    _etcd: &'static fern_etcd::local::LocalEtcd,
+}
+
+impl TwoMounts {
+    /// `None` when the test is skipped (no FUSE as root, or no etcd binary).
+    fn start(name: &str) -> Option<TwoMounts> {
+        if fern_testkit::skipped(fern_testkit::Need::Fuse, fern_testkit::fuse_as_root()) {
+            return None;
+        }
+        let etcd = shared_for_tests()?;
+        let url = etcd.url(&unique_prefix(name));
+        ok(&["mkfs", &url]);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        fs::create_dir(&a).expect("mkdir a");
+        fs::create_dir(&b).expect("mkdir b");
+        let guards = [MountGuard(a.clone()), MountGuard(b.clone())];
+        ok(&["mount", &url, a.to_str().expect("utf-8")]);
+        ok(&["mount", &url, b.to_str().expect("utf-8")]);
+        Some(TwoMounts {
+            url,
+            a,
+            b,
+            _guards: guards,
+            _tmp: tmp,
+            _etcd: etcd,
+        })
+    }
+
+    /// Unmounts both, then checks the file system: clean, and no orphan left behind.
+    fn finish(self) {
+        ok(&["umount", self.a.to_str().expect("utf-8")]);
+        ok(&["umount", self.b.to_str().expect("utf-8")]);
+        let out = ok(&["fsck", &self.url]);
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(report.contains("0 problems"), "{report}");
+        assert!(!report.contains("pending orphan"), "{report}");
+    }
+}
+
+/// Drops the kernel's cached pages of `f`, so the next read asks the mount's daemon.
+fn drop_page_cache(f: &fs::File) {
+    nix::fcntl::posix_fadvise(f, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+        .expect("fadvise");
+}
+
+fn read_at(f: &mut fs::File, len: usize) -> Vec<u8> {
+    f.seek(SeekFrom::Start(0)).expect("seek");
+    let mut v = vec![0u8; len];
+    f.read_exact(&mut v).expect("read the open file");
+    v
+}
+
+/// §7 fix 1: a directory A made in this session is not "complete" in A's memory: a name B
+/// adds to it is found by A, and A's exclusive create of that name fails instead of
+/// overwriting B's entry. Both mounts creating in it lose nothing.
+#[test]
+fn a_directory_made_this_session_takes_names_from_both_mounts() {
+    let Some(m) = TwoMounts::start("newdir") else {
+        return;
+    };
+    fs::create_dir(m.a.join("d")).expect("mkdir on a");
+    fs::write(m.b.join("d/x"), b"from b").expect("create on b");
+    assert_eq!(
+        fs::read(m.a.join("d/x")).expect("a finds b's name in a's new directory"),
+        b"from b"
+    );
+    let excl = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.a.join("d/x"));
+    assert_eq!(
+        excl.expect_err("O_EXCL on a name b made").kind(),
+        std::io::ErrorKind::AlreadyExists
+    );
+    assert_eq!(fs::read(m.b.join("d/x")).expect("b's file"), b"from b");
+    // Alternating creates into the new directory, and into one B makes.
+    fs::create_dir(m.b.join("d/e")).expect("mkdir on b");
+    for dir in ["d", "d/e"] {
+        for i in 0..10 {
+            let (mine, other) = if i % 2 == 0 {
+                (&m.a, &m.b)
+            } else {
+                (&m.b, &m.a)
+            };
+            let name = format!("{dir}/n{i}");
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(mine.join(&name))
+                .and_then(|mut f| f.write_all(name.as_bytes()))
+                .expect("exclusive create");
+            assert_eq!(fs::read(other.join(&name)).expect("seen"), name.as_bytes());
+        }
+    }
+    for mp in [&m.a, &m.b] {
+        assert_eq!(fs::read_dir(mp.join("d")).expect("list").count(), 12);
+        assert_eq!(fs::read_dir(mp.join("d/e")).expect("list").count(), 10);
+    }
+    m.finish();
+}
+
+/// §7 fix 2: a mount starting while another holds an unlinked file open must not free it.
+#[test]
+fn a_new_mount_does_not_free_a_file_another_holds_open() {
+    let Some(m) = TwoMounts::start("orphan") else {
+        return;
+    };
+    let data = vec![7u8; 20_000];
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.a.join("f"))
+        .expect("create on a");
+    f.write_all(&data).expect("write");
+    fs::remove_file(m.a.join("f")).expect("unlink on a while open");
+    // A third mount starts (its orphan cleanup runs) and stops.
+    let c = m._tmp.path().join("c");
+    fs::create_dir(&c).expect("mkdir c");
+    let _gc = MountGuard(c.clone());
+    ok(&["mount", &m.url, c.to_str().expect("utf-8")]);
+    ok(&["umount", c.to_str().expect("utf-8")]);
+    drop_page_cache(&f);
+    assert_eq!(read_at(&mut f, data.len()), data, "the open file's data");
+    drop(f);
+    m.finish();
+}
+
+/// §7 fix 4: an unlink on A of a file B holds open keeps it readable on B until B closes it;
+/// B's last close frees it (finish: no orphan left).
+#[test]
+fn an_unlink_on_one_mount_keeps_the_file_open_on_the_other() {
+    let Some(m) = TwoMounts::start("unlinkopen") else {
+        return;
+    };
+    let data: Vec<u8> = (0..30_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(m.a.join("g"), &data).expect("write on a");
+    let mut held = fs::File::open(m.b.join("g")).expect("open on b");
+    assert_eq!(read_at(&mut held, data.len()), data);
+    fs::remove_file(m.a.join("g")).expect("unlink on a");
+    assert!(
+        within(Duration::from_secs(3), || !m.b.join("g").exists()),
+        "the name goes from b too"
+    );
+    drop_page_cache(&held);
+    assert_eq!(read_at(&mut held, data.len()), data, "b still reads it");
+    drop(held);
+    m.finish();
+}
+
+/// §7 fix 3: close-to-open for data. B has cached a file; A rewrites it (same size, so no
+/// attribute change reveals it) and closes; B's next open reads A's bytes.
+#[test]
+fn an_open_after_another_mounts_close_reads_its_data() {
+    let Some(m) = TwoMounts::start("c2o") else {
+        return;
+    };
+    fs::write(m.a.join("h"), vec![b'a'; 10_000]).expect("write on a");
+    assert_eq!(
+        fs::read(m.b.join("h")).expect("read on b"),
+        vec![b'a'; 10_000]
+    );
+    let mut w = fs::OpenOptions::new()
+        .write(true)
+        .open(m.a.join("h"))
+        .expect("open on a");
+    w.write_all(&vec![b'b'; 10_000]).expect("rewrite on a");
+    drop(w);
+    assert_eq!(
+        fs::read(m.b.join("h")).expect("reopen on b"),
+        vec![b'b'; 10_000],
+        "b's open must not keep its stale page cache"
+    );
+    m.finish();
+}
+
+/// Rename is atomic across mounts: while A keeps replacing `t` by rename, every open and read
+/// of `t` on B gets one whole version, never a missing name or a mixture.
+#[test]
+fn a_rename_on_one_mount_is_atomic_on_the_other() {
+    let Some(m) = TwoMounts::start("rename") else {
+        return;
+    };
+    let version = |i: u32| format!("version {i:04} ").repeat(300).into_bytes();
+    fs::write(m.a.join("t"), version(0)).expect("first version");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (t, stop) = (m.b.join("t"), stop.clone());
+        std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // An open of a name that A replaced twice between B's lookup and B's open (the
+                // kernel retries a stale handle once) gets ESTALE, as on NFS: read again. A
+                // missing name (ENOENT) or any other error fails.
+                let got = match fs::read(&t) {
+                    Err(e) if e.raw_os_error() == Some(libc::ESTALE) => continue,
+                    r => r.expect("t always exists on b"),
+                };
+                let head = String::from_utf8_lossy(&got[..13]).into_owned();
+                let i: u32 = head["version ".len()..12].parse().expect("a version");
+                assert_eq!(got, version(i), "one whole version");
+                seen.insert(i);
+            }
+            seen
+        })
+    };
+    for i in 1..=20 {
+        let tmp = m.a.join(format!("t.{i}"));
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)
+            .expect("new version");
+        f.write_all(&version(i)).expect("write version");
+        drop(f);
+        fs::rename(&tmp, m.a.join("t")).expect("rename over t");
+    }
+    assert!(
+        within(Duration::from_secs(3), || fs::read(m.b.join("t")).ok()
+            == Some(version(20))),
+        "b sees the last version within its TTLs"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = reader.join().expect("reader");
+    assert!(!seen.is_empty());
+    m.finish();
+}
+
+/// The pid of the daemon serving mountpoint `mp` (started with `-f` and the mountpoint).
+fn daemon_of(mp: &std::path::Path) -> Option<i32> {
+    let want = mp.to_string_lossy().into_owned();
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        let has = |s: &[u8]| args.contains(&s);
+        if has(b"mount") && has(b"-f") && has(want.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// §7 rule 3, the other half: a mount killed with SIGKILL while holding an unlinked file open
+/// leaves a registration that its lease takes away within `LEASE_TTL`; the next mount then
+/// frees the file (fsck: no pending orphan). While the lease lives, a mount leaves it alone.
+#[test]
+fn a_killed_mounts_open_files_are_freed_once_its_lease_expires() {
+    let Some(m) = TwoMounts::start("killed") else {
+        return;
+    };
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.a.join("f"))
+        .expect("create on a");
+    f.write_all(&[9u8; 5000]).expect("write");
+    fs::remove_file(m.b.join("f")).expect("unlink on b while a holds it");
+    let pid = daemon_of(&m.a).expect("a's daemon");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill a's daemon");
+    drop(f);
+    let _ = nix::mount::umount2(&m.a, nix::mount::MntFlags::MNT_DETACH);
+    let remount_c = |m: &TwoMounts| {
+        let c = m._tmp.path().join("c");
+        let _ = fs::create_dir(&c);
+        let _gc = MountGuard(c.clone());
+        ok(&["mount", &m.url, c.to_str().expect("utf-8")]);
+        ok(&["umount", c.to_str().expect("utf-8")]);
+    };
+    // At once: the dead mount's lease still holds the file, so it stays.
+    remount_c(&m);
+    let out = ok(&["fsck", &m.url]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("pending orphan"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::thread::sleep(fern_etcd::LEASE_TTL + Duration::from_secs(2));
+    remount_c(&m);
+    ok(&["umount", m.b.to_str().expect("utf-8")]);
+    let out = ok(&["fsck", &m.url]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("0 problems"), "{report}");
+    assert!(!report.contains("pending orphan"), "{report}");
 }

@@ -1,0 +1,94 @@
+//! The session of an [`crate::EtcdStore`] on its cluster (docs/distributed.md §7): one etcd
+//! lease, granted on the first `KvStore::session` call, kept alive by a task on the store's
+//! runtime, and revoked when the store is dropped. Keys put under it (fern-fs's open-file
+//! registrations) vanish with it: at once on a clean unmount, after [`LEASE_TTL`] when the
+//! process dies or is cut off from etcd. It owns the lease's life and nothing else; it must
+//! never write a key itself.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::Client;
+use fern_kv::{KvError, KvResult};
+
+use crate::error::{classify, timed_out};
+
+/// Time to live of a session's lease: how long a dead mount's registrations outlive it. Long
+/// enough that a busy or briefly partitioned mount keeps its lease (it is renewed every third
+/// of it), short enough that a crashed mount's open files are freed soon after.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// A granted lease and whether it is known lost.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    /// The etcd lease id (positive, unique in the cluster's history).
+    pub id: i64,
+    /// Set by the keep-alive task when etcd says the lease expired: everything held by it is
+    /// gone, and later `put_held` calls fail (etcd refuses an unknown lease).
+    pub lost: Arc<AtomicBool>,
+}
+
+impl Lease {
+    /// Grants a lease of [`LEASE_TTL`] and starts keeping it alive on `rt`.
+    pub fn grant(
+        client: &Client,
+        rt: &tokio::runtime::Runtime,
+        timeout: Duration,
+        endpoints: &str,
+    ) -> KvResult<Lease> {
+        let mut lc = client.lease_client();
+        let ttl = LEASE_TTL.as_secs() as i64;
+        let granted = rt
+            .block_on(async { tokio::time::timeout(timeout, lc.grant(ttl, None)).await })
+            .map_err(|_| KvError::from(timed_out(endpoints, timeout)))?
+            .map_err(|e| KvError::from(classify(e, endpoints)))?;
+        let lease = Lease {
+            id: granted.id(),
+            lost: Arc::new(AtomicBool::new(false)),
+        };
+        rt.spawn(keep_alive(client.clone(), lease.id, lease.lost.clone()));
+        Ok(lease)
+    }
+
+    /// Ends the lease now (its keys disappear); best effort within `timeout`: if etcd cannot
+    /// be reached the lease simply expires.
+    pub fn revoke(&self, client: &Client, rt: &tokio::runtime::Runtime, timeout: Duration) {
+        let mut lc = client.lease_client();
+        let id = self.id;
+        let _ = rt.block_on(async { tokio::time::timeout(timeout, lc.revoke(id)).await });
+    }
+}
+
+/// Renews lease `id` every third of its TTL until etcd says it is gone (then marks it lost and
+/// stops: a new lease could not bring back what the old one held). A broken stream is opened
+/// again; the task ends with the store's runtime.
+async fn keep_alive(client: Client, id: i64, lost: Arc<AtomicBool>) {
+    let period = LEASE_TTL / 3;
+    let mut lc = client.lease_client();
+    loop {
+        match lc.keep_alive(id).await {
+            Err(etcd_client::Error::LeaseKeepAliveError(_)) => {
+                // etcd answered that the lease no longer exists.
+                lost.store(true, Ordering::Release);
+                return;
+            }
+            Err(_) => {}
+            Ok((mut keeper, mut stream)) => loop {
+                if keeper.keep_alive().await.is_err() {
+                    break;
+                }
+                match stream.message().await {
+                    Ok(Some(r)) if r.ttl() > 0 => {}
+                    Ok(Some(_)) => {
+                        lost.store(true, Ordering::Release);
+                        return;
+                    }
+                    _ => break,
+                }
+                tokio::time::sleep(period).await;
+            },
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -1,0 +1,155 @@
+//! What a mount of a *shared* store does that a sole writer need not (docs/distributed.md §7):
+//! open-file registrations. A shared store (`KvStore::session` is `Some`) may be written by
+//! other mounts at any moment, so this mount's open counts alone cannot say whether a file
+//! whose last name goes is still open somewhere. Each mount therefore registers its first
+//! open of a regular file as a key of the `fs.open` tree held by its session (etcd: its
+//! lease), removes it at its last close, and:
+//!
+//! * an unlink (or rename over the file) on any mount orphans the file instead of freeing it
+//!   while any registration exists — read in the same optimistic transaction, so a
+//!   registration that lands concurrently conflicts it and it reruns;
+//! * the last close on a mount frees an orphan no other mount holds;
+//! * mount-time cleanup frees only orphans with no registration left (the holders closed it
+//!   or died: a dead mount's session ends and its registrations with it).
+//!
+//! It owns the registration keys and these three rules; it must never free a file another
+//! session holds open. Directories are not registered: a removed directory has no data to
+//! keep, and another mount's handle of it lists nothing.
+
+use fern_kv::{transact_opts, Direction, KeyRange, KvRead, WriteOptions};
+
+use crate::cache::Loc;
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
+use crate::ids::InodeId;
+use crate::schema;
+
+/// This mount's identity on a shared store.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shared {
+    /// The session id (registrations are keyed by it).
+    pub session: u64,
+    /// The `fs.open` tree.
+    pub open: fern_kv::TreeId,
+}
+
+impl Fs {
+    /// Whether other mounts may write this store (then no single-writer cache is trusted).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// On a shared store, checks in transaction `r` that directory `dir` (at `loc`) still
+    /// exists before a name is put in it: another mount may have removed it while this
+    /// mount's kernel still caches it, and a name put in a removed directory would be lost.
+    /// The read also makes a concurrent rmdir conflict the transaction. Nothing to do on a
+    /// sole writer (its own rmdir marks the directory, which `live_dir` checks).
+    pub(crate) fn dir_alive(&self, r: &dyn KvRead, dir: InodeId, loc: &Loc) -> FsResult<()> {
+        if !self.is_shared() {
+            return Ok(());
+        }
+        match self.read_inode_at(r, dir, loc) {
+            Ok(inode) if inode.stat.nlink > 0 => Ok(()),
+            Ok(_) | Err(FsError::Stale | FsError::NotFound) => Err(FsError::NotFound),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Registers this mount's first open of file `ino` (the caller holds `ino`'s lock), then
+    /// checks the file still exists: an unlink that committed before the registration may have
+    /// freed it, and one that commits after sees the registration. On failure nothing stays
+    /// registered.
+    pub(crate) fn register_open(&self, ino: InodeId) -> FsResult<()> {
+        let Some(sh) = self.shared else {
+            return Ok(());
+        };
+        let session = self
+            .kv
+            .session()?
+            .ok_or_else(|| FsError::corrupt("shared store lost its session"))?;
+        let key = schema::open_key(ino, sh.session);
+        session.put_held(sh.open, &key, &[])?;
+        if let Err(e) = self.read_inode(ino) {
+            let mut b = fern_kv::WriteBatch::new();
+            b.delete(sh.open, key);
+            // Best effort: a registration left behind only delays freeing until this mount's
+            // session ends.
+            let _ = self.kv.write(b, WriteOptions::NO_SYNC);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// This mount's last close of file `ino` (the caller holds `ino`'s lock): removes its
+    /// registration and, if the file is an orphan no other session holds, frees it in the same
+    /// transaction. Returns whether it was freed.
+    pub(crate) fn unregister_open(&self, ino: InodeId) -> FsResult<bool> {
+        let Some(sh) = self.shared else {
+            return Ok(false);
+        };
+        let key = schema::open_key(ino, sh.session);
+        transact_opts(&*self.kv, &self.policy, |txn| {
+            txn.batch().delete(sh.open, key.clone());
+            let orphan = txn.get(self.t.orphan, &schema::id_key(ino))?.is_some();
+            if !orphan || self.held_open(&*txn, ino, Some(&key))? {
+                return Ok((false, WriteOptions::NO_SYNC));
+            }
+            self.free_inode(txn.batch(), ino);
+            Ok::<_, FsError>((true, WriteOptions::NO_SYNC.freeing(0)))
+        })
+    }
+
+    /// Whether some session other than the one whose key is `except` holds file `ino` open,
+    /// read through `r` (a transaction, so that a registration landing meanwhile conflicts
+    /// it). Always false on a sole-writer store.
+    pub(crate) fn held_open(
+        &self,
+        r: &dyn KvRead,
+        ino: InodeId,
+        except: Option<&[u8]>,
+    ) -> FsResult<bool> {
+        let Some(sh) = self.shared else {
+            return Ok(false);
+        };
+        let regs = r.scan(
+            sh.open,
+            &KeyRange::prefix(&schema::id_key(ino)),
+            Direction::Forward,
+            2,
+        )?;
+        Ok(regs.iter().any(|(k, _)| Some(k.as_slice()) != except))
+    }
+
+    /// Mount-time cleanup on a shared store: frees each orphan that no session holds open, one
+    /// transaction per orphan (its registrations read in it); orphans still held are left to
+    /// their holders' last close or to a later mount.
+    pub(crate) fn clean_shared_orphans(&self) -> FsResult<()> {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let range = match &after {
+                Some(k) => KeyRange {
+                    lo: std::ops::Bound::Excluded(k.clone()),
+                    hi: std::ops::Bound::Unbounded,
+                },
+                None => KeyRange::all(),
+            };
+            let page = self
+                .kv
+                .scan(self.t.orphan, &range, Direction::Forward, 64)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(());
+            };
+            after = Some(last.clone());
+            for (k, _) in &page {
+                let ino = schema::parse_id_key(k)?;
+                transact_opts(&*self.kv, &self.policy, |txn| {
+                    if txn.get(self.t.orphan, k)?.is_none() || self.held_open(&*txn, ino, None)? {
+                        return Ok(((), WriteOptions::NO_SYNC));
+                    }
+                    self.free_inode(txn.batch(), ino);
+                    Ok::<_, FsError>(((), WriteOptions::NO_SYNC.freeing(0)))
+                })?;
+            }
+        }
+    }
+}
