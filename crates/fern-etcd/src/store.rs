@@ -662,8 +662,10 @@ impl EtcdStore {
             return Ok(l.clone());
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
+        // A clone, so no lock is held while the grant waits (a reconnect takes the lock).
+        let client = self.client.read().clone();
         let granted = Arc::new(Lease::grant(
-            &self.client,
+            &client,
             &self.rt,
             self.timeout,
             &self.endpoints,
@@ -703,7 +705,8 @@ impl Drop for EtcdStore {
     /// the lease's time to live.
     fn drop(&mut self) {
         if let Some(l) = self.lease.lock().take() {
-            l.revoke(&self.client, &self.rt, Duration::from_secs(1));
+            let client = self.client.read().clone();
+            l.revoke(&client, &self.rt, Duration::from_secs(1));
         }
     }
 }
