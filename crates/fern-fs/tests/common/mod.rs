@@ -69,10 +69,12 @@ pub fn mem_store(registry: UpdateRegistry, limits: Limits) -> Box<dyn KvStore> {
     Box::new(MemStore::with_limits(registry, limits))
 }
 
-/// Delegates to a store, counting reads (store-level and inside transactions).
+/// Delegates to a store, counting reads (store-level and inside transactions); range scans
+/// are also counted apart.
 pub struct CountingStore {
     pub inner: Box<dyn KvStore>,
     pub reads: AtomicUsize,
+    pub scans: AtomicUsize,
 }
 
 impl CountingStore {
@@ -80,10 +82,14 @@ impl CountingStore {
         Self {
             inner,
             reads: AtomicUsize::new(0),
+            scans: AtomicUsize::new(0),
         }
     }
     pub fn reads(&self) -> usize {
         self.reads.load(Ordering::SeqCst)
+    }
+    pub fn scans(&self) -> usize {
+        self.scans.load(Ordering::SeqCst)
     }
 }
 
@@ -100,6 +106,7 @@ impl KvRead for CountingStore {
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.reads.fetch_add(1, Ordering::SeqCst);
+        self.scans.fetch_add(1, Ordering::SeqCst);
         self.inner.scan(tree, range, dir, limit)
     }
 }
@@ -115,6 +122,7 @@ impl KvStore for CountingStore {
         Ok(Box::new(CountingTxn {
             inner: self.inner.begin()?,
             reads: &self.reads,
+            scans: &self.scans,
         }))
     }
     fn sync(&self) -> KvResult<()> {
@@ -136,6 +144,7 @@ impl KvStore for CountingStore {
 struct CountingTxn<'a> {
     inner: Box<dyn KvTxn + 'a>,
     reads: &'a AtomicUsize,
+    scans: &'a AtomicUsize,
 }
 
 impl KvRead for CountingTxn<'_> {
@@ -151,6 +160,7 @@ impl KvRead for CountingTxn<'_> {
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.reads.fetch_add(1, Ordering::SeqCst);
+        self.scans.fetch_add(1, Ordering::SeqCst);
         self.inner.scan(tree, range, dir, limit)
     }
 }
