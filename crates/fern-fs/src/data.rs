@@ -73,17 +73,19 @@ impl Fs {
     }
 
     /// The stored blocks `first..=last` of `ino` as (key, bytes), in order; absent blocks
-    /// (holes, or past what is stored) are left out. A read of a few blocks (every small
-    /// read: postmark, `cat`, `git status`) is one point read per block: a range scan costs
-    /// the engine a whole leaf's worth of materialized rows (docs/fs-design.md, "CPU cost
-    /// per request"), a point read only the path to the key. Longer reads scan.
+    /// (holes, or past what is stored) are left out. On a store where point reads are cheap
+    /// (embedded), a read of a few blocks (every small read: postmark, `cat`, `git status`)
+    /// is one point read per block: a range scan costs fern-tree a leaf window's worth of
+    /// materialized rows with their pending messages (docs/fs-design.md, "CPU cost per
+    /// request"), a point read only the path to the key. Longer reads, and every read on a
+    /// remote store (one round trip per read), scan.
     fn read_blocks(
         &self,
         ino: InodeId,
         first: u64,
         last: u64,
     ) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        if last - first < POINT_READ_BLOCKS {
+        if last - first < POINT_READ_BLOCKS && self.kv.point_reads_cheap() {
             let mut out = Vec::with_capacity((last - first + 1) as usize);
             for n in first..=last {
                 let key = schema::block_key(ino, n);

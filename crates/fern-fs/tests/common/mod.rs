@@ -75,6 +75,8 @@ pub struct CountingStore {
     pub inner: Box<dyn KvStore>,
     pub reads: AtomicUsize,
     pub scans: AtomicUsize,
+    /// Claim expensive point reads, as a remote store (etcd) does.
+    pub remote: std::sync::atomic::AtomicBool,
 }
 
 impl CountingStore {
@@ -83,6 +85,7 @@ impl CountingStore {
             inner,
             reads: AtomicUsize::new(0),
             scans: AtomicUsize::new(0),
+            remote: std::sync::atomic::AtomicBool::new(false),
         }
     }
     pub fn reads(&self) -> usize {
@@ -138,6 +141,10 @@ impl KvStore for CountingStore {
 
     fn space(&self) -> Option<fern_kv::StoreSpace> {
         self.inner.space()
+    }
+
+    fn point_reads_cheap(&self) -> bool {
+        !self.remote.load(Ordering::SeqCst) && self.inner.point_reads_cheap()
     }
 }
 
