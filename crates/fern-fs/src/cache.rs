@@ -50,6 +50,13 @@ pub struct Known {
     pub orphan: bool,
     /// A regular file's size and stored blocks, once an operation needed them (stored.rs).
     pub(crate) shape: Option<crate::stored::Shape>,
+    /// Known to have no extended attribute (ACLs included): made by this mount without
+    /// inherited ACLs and given none since. Then getxattr (the kernel asks for
+    /// `security.capability` before the first write of every new file), listxattr and
+    /// chmod's ACL check read nothing. Cleared before any attribute is stored; exact under
+    /// the single-writer rule, like `shape`, and never trusted on a shared store (another
+    /// mount may set an attribute).
+    pub(crate) xattr_free: bool,
 }
 
 /// The inode table.
@@ -118,6 +125,7 @@ impl Inodes {
             opens: 0,
             orphan: false,
             shape: None,
+            xattr_free: false,
         });
         e.loc = loc;
         e.lookups = e.lookups.saturating_add(1);
@@ -137,6 +145,11 @@ impl Inodes {
     /// What is known about `id`.
     pub fn get(&self, id: InodeId) -> Option<Known> {
         self.map.lock().get(&id).cloned()
+    }
+
+    /// Whether `id` is known to have no extended attribute (see [`Known::xattr_free`]).
+    pub(crate) fn xattr_free(&self, id: InodeId) -> bool {
+        !self.shared && self.map.lock().get(&id).is_some_and(|k| k.xattr_free)
     }
 
     /// Runs `f` on the entry of `id`, if known.
@@ -204,6 +217,11 @@ impl NameCache {
     /// `Some(exists)` when `dir` is complete, `None` when unknown.
     pub fn contains(&self, dir: InodeId, name: &[u8]) -> Option<bool> {
         self.dirs.lock().get(&dir).map(|names| names.contains(name))
+    }
+
+    /// `Some(true)` when `dir` is complete and holds no name, `None` when unknown.
+    pub fn is_empty(&self, dir: InodeId) -> Option<bool> {
+        self.dirs.lock().get(&dir).map(|names| names.is_empty())
     }
 
     /// `name` now exists in `dir`.

@@ -26,6 +26,9 @@ pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
 /// fallocate: make the range read as zeros (extending the size unless KEEP_SIZE).
 pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 
+/// Reads of fewer blocks than this are point reads per block, longer ones one range scan.
+const POINT_READ_BLOCKS: u64 = 8;
+
 impl Fs {
     /// Reads up to `size` bytes of `ino` at `offset`; short at end of file.
     pub fn read(&self, ino: InodeId, offset: u64, size: u32) -> FsResult<Vec<u8>> {
@@ -45,16 +48,7 @@ impl Fs {
         let end = file_size.min(offset.saturating_add(u64::from(size)));
         let bs = u64::from(self.sb.block_size);
         let (first, last) = (offset / bs, (end - 1) / bs);
-        let range = KeyRange::half_open(
-            &schema::block_key(ino, first),
-            &schema::block_key(ino, last + 1),
-        );
-        let blocks = self.kv.scan(
-            self.t.data,
-            &range,
-            Direction::Forward,
-            (last - first + 1) as usize,
-        )?;
+        let blocks = self.read_blocks(ino, first, last)?;
         let mut out = vec![0u8; (end - offset) as usize];
         for (k, v) in blocks {
             let n = schema::parse_block_key(ino, &k)?;
@@ -76,6 +70,41 @@ impl Fs {
         }
         self.touch_atime(ino, &inode.stat)?;
         Ok(out)
+    }
+
+    /// The stored blocks `first..=last` of `ino` as (key, bytes), in order; absent blocks
+    /// (holes, or past what is stored) are left out. On a store where point reads are cheap
+    /// (embedded), a read of a few blocks (every small read: postmark, `cat`, `git status`)
+    /// is one point read per block: a range scan costs fern-tree a leaf window's worth of
+    /// materialized rows with their pending messages (docs/fs-design.md, "CPU cost per
+    /// request"), a point read only the path to the key. Longer reads, and every read on a
+    /// remote store (one round trip per read), scan.
+    fn read_blocks(
+        &self,
+        ino: InodeId,
+        first: u64,
+        last: u64,
+    ) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        if last - first < POINT_READ_BLOCKS && self.kv.point_reads_cheap() {
+            let mut out = Vec::with_capacity((last - first + 1) as usize);
+            for n in first..=last {
+                let key = schema::block_key(ino, n);
+                if let Some(v) = self.kv.get(self.t.data, &key)? {
+                    out.push((key, v));
+                }
+            }
+            return Ok(out);
+        }
+        let range = KeyRange::half_open(
+            &schema::block_key(ino, first),
+            &schema::block_key(ino, last + 1),
+        );
+        Ok(self.kv.scan(
+            self.t.data,
+            &range,
+            Direction::Forward,
+            (last - first + 1) as usize,
+        )?)
     }
 
     /// Writes `data` through handle `fh` at `offset` (at the end of file for O_APPEND

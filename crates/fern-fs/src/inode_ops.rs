@@ -160,7 +160,7 @@ impl Fs {
             d.perm = Some(mode & 0o7777);
             changed = true;
             // An access ACL follows chmod (`posix_acl_chmod`); one point read, in the xattr
-            // tree, and only for chmod.
+            // tree, and none for a node this mount made without ACLs (`Known::xattr_free`).
             if kind != FileType::Symlink {
                 if let Some(mut acl) = self.access_acl(ino)? {
                     acl.chmod(mode);

@@ -158,6 +158,7 @@ impl Fs {
         let from = self.dir_inherit(parent)?;
         let (gid, got) = crate::owner::new_owner(cred, &from, mode);
         let mode = got.mode;
+        let inherits_acl = got.access.is_some() || got.default.is_some();
         let id = self.ids.alloc(&*self.kv, &self.t, &self.policy)?;
         let now = Timespec::now();
         let is_dir = kind == FileType::Directory;
@@ -249,13 +250,15 @@ impl Fs {
             );
         }
         self.inodes.pin(id, new_loc(), kind);
-        if kind == FileType::Regular {
-            // Nobody can have written it yet: its name became visible under the parent's
-            // lock, which every lookup takes and this call still holds.
-            self.inodes.update(id, |k| {
+        // Nobody can have written it yet: its name became visible under the parent's lock,
+        // which every lookup takes and this call still holds.
+        let xattr_free = !inherits_acl;
+        self.inodes.update(id, |k| {
+            if kind == FileType::Regular {
                 k.shape.get_or_insert(crate::stored::Shape::EMPTY);
-            });
-        }
+            }
+            k.xattr_free = xattr_free;
+        });
         Ok((self.attr_of(id, &inode)?, true))
     }
 
@@ -389,17 +392,26 @@ impl Fs {
         Ok(())
     }
 
-    /// Appends the removal of empty directory `id`'s own keys; fails if it has entries.
+    /// Appends the removal of empty directory `id`'s own keys; fails if it has entries. The
+    /// caller holds `id`'s lock, which every change of a name in `id` also holds, so a
+    /// complete name set in the cache answers the emptiness check without the scan (a scan
+    /// costs the engine a leaf's worth of rows; docs/fs-design.md, "CPU cost per request").
     pub(crate) fn remove_dir_keys(&self, txn: &mut dyn KvTxn, id: InodeId) -> FsResult<()> {
         let (lo, hi) = schema::id_prefix_range(id);
-        let children = txn.scan(
-            self.t.dentry,
-            &KeyRange::half_open(&lo, &hi),
-            fern_kv::Direction::Forward,
-            1,
-        )?;
-        if !children.is_empty() {
-            return Err(FsError::NotEmpty);
+        match self.names.is_empty(id) {
+            Some(true) => {}
+            Some(false) => return Err(FsError::NotEmpty),
+            None => {
+                let children = txn.scan(
+                    self.t.dentry,
+                    &KeyRange::half_open(&lo, &hi),
+                    fern_kv::Direction::Forward,
+                    1,
+                )?;
+                if !children.is_empty() {
+                    return Err(FsError::NotEmpty);
+                }
+            }
         }
         txn.batch().delete(self.t.dirparent, schema::id_key(id));
         txn.batch().delete_range(self.t.xattr, lo, hi);

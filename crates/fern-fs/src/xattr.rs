@@ -29,6 +29,9 @@ impl Fs {
     pub fn getxattr(&self, ino: InodeId, name: &[u8]) -> FsResult<Vec<u8>> {
         check_name(name)?;
         self.loc(ino)?;
+        if self.inodes.xattr_free(ino) {
+            return Err(FsError::NoData);
+        }
         self.kv
             .get(self.t.xattr, &schema::named_key(ino, name))?
             .ok_or(FsError::NoData)
@@ -50,6 +53,7 @@ impl Fs {
         let (loc, _) = self.loc(ino)?;
         let key = schema::named_key(ino, name);
         let now = Timespec::now();
+        self.inodes.update(ino, |k| k.xattr_free = false);
         transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
             if flags != 0 {
                 let exists = txn.get(self.t.xattr, &key)?.is_some();
@@ -113,6 +117,7 @@ impl Fs {
             _ => b.delete(self.t.xattr, key),
         }
         self.upsert_stat(&mut b, ino, &loc, &d)?;
+        self.inodes.update(ino, |k| k.xattr_free = false);
         self.kv.write(b, WriteOptions::NO_SYNC)?;
         if !access {
             self.dir_table.note_default_acl(ino, acl.as_ref());
@@ -122,6 +127,9 @@ impl Fs {
 
     /// The access ACL of `ino`, if it has one (for permission checks and chmod).
     pub(crate) fn access_acl(&self, ino: InodeId) -> FsResult<Option<Acl>> {
+        if self.inodes.xattr_free(ino) {
+            return Ok(None);
+        }
         match self
             .kv
             .get(self.t.xattr, &schema::named_key(ino, ACL_ACCESS))?
@@ -135,9 +143,12 @@ impl Fs {
     /// Names of all attributes of `ino`, in byte order.
     pub fn listxattr(&self, ino: InodeId) -> FsResult<Vec<Vec<u8>>> {
         self.loc(ino)?;
+        let mut names = Vec::new();
+        if self.inodes.xattr_free(ino) {
+            return Ok(names);
+        }
         let (lo, hi) = schema::id_prefix_range(ino);
         let mut range = KeyRange::half_open(&lo, &hi);
-        let mut names = Vec::new();
         loop {
             let page = self
                 .kv
@@ -161,7 +172,7 @@ impl Fs {
         let _g = self.locks.lock(&[ino]);
         let (loc, _) = self.loc(ino)?;
         let key = schema::named_key(ino, name);
-        if self.kv.get(self.t.xattr, &key)?.is_none() {
+        if self.inodes.xattr_free(ino) || self.kv.get(self.t.xattr, &key)?.is_none() {
             return Err(FsError::NoData);
         }
         let mut b = WriteBatch::new();

@@ -1623,3 +1623,104 @@ fn st_blocks_counts_stored_blocks_of_sparse_files() {
     e.p.setattr(b"/dense", &SetAttr::default()).expect("touch");
     assert_eq!(blocks(&e, "/dense"), 8 * 4);
 }
+
+/// Issue 13 (fernfs's request path): a small read is point reads, not a range scan; a node
+/// this mount made answers the kernel's `security.capability` check, listxattr and chmod's
+/// ACL check without a read; rmdir of a directory this mount made checks emptiness without
+/// a scan. Each still sees what is stored once it changes.
+#[test]
+fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
+    let e = env();
+    e.p.mkdir(b"/fresh", 0o755).expect("mkdir");
+    let dir = e.p.stat(b"/fresh").expect("stat").ino;
+    e.fs.lookup(fern_fs::InodeId::ROOT, b"fresh").expect("pin");
+    let cred = fern_fs::Cred::root();
+    let flags = OpenFlags {
+        write: true,
+        exclusive: true,
+        ..OpenFlags::default()
+    };
+    let (f, fh) = e.fs.create(&cred, dir, b"f", 0o644, flags).expect("create");
+    let bs = 4096usize;
+    let data: Vec<u8> = (0..3 * bs + 100).map(|i| (i % 251) as u8).collect();
+    e.fs.write(fh, 0, &data).expect("write");
+    let scans = e.store.scans();
+    let got = e.fs.read(f.ino, 100, 3 * bs as u32).expect("read");
+    assert_eq!(got, data[100..100 + 3 * bs]);
+    assert_eq!(e.store.scans() - scans, 0, "a 4-block read scanned");
+    // A store with a round trip per read (etcd) gets one scan instead of four reads.
+    e.store
+        .remote
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (reads, scans) = (e.store.reads(), e.store.scans());
+    let got = e.fs.read(f.ino, 100, 3 * bs as u32).expect("read");
+    assert_eq!(got, data[100..100 + 3 * bs]);
+    assert_eq!(
+        (e.store.reads() - reads, e.store.scans() - scans),
+        (2, 1),
+        "a remote store's read: the stat and one scan"
+    );
+    e.store
+        .remote
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+
+    let reads = e.store.reads();
+    assert_eq!(
+        err(e.fs.getxattr(f.ino, b"security.capability")),
+        libc::ENODATA
+    );
+    assert!(e.fs.listxattr(f.ino).expect("listxattr").is_empty());
+    let chmod = SetAttr {
+        mode: Some(0o640),
+        ..SetAttr::default()
+    };
+    e.fs.set_attributes_as(&cred, f.ino, &chmod).expect("chmod");
+    assert_eq!(
+        e.store.reads() - reads,
+        0,
+        "xattr checks of a node made here read the store"
+    );
+    // Once attributes exist they are read: a named entry makes the ACL stored, and chmod
+    // rewrites its mask.
+    e.fs.setxattr(f.ino, b"user.k", b"v", 0).expect("setxattr");
+    assert_eq!(e.fs.getxattr(f.ino, b"user.k").expect("getxattr"), b"v");
+    let acl = acl_value(&[
+        (1, 6, NONE),
+        (2, 6, 1000),
+        (4, 4, NONE),
+        (0x10, 6, NONE),
+        (0x20, 4, NONE),
+    ]);
+    e.fs.setxattr(f.ino, ACL_A, &acl, 0)
+        .expect("set access ACL");
+    let chmod = SetAttr {
+        mode: Some(0o600),
+        ..SetAttr::default()
+    };
+    e.fs.set_attributes_as(&cred, f.ino, &chmod).expect("chmod");
+    let masked = acl_value(&[
+        (1, 6, NONE),
+        (2, 6, 1000),
+        (4, 4, NONE),
+        (0x10, 0, NONE),
+        (0x20, 0, NONE),
+    ]);
+    assert_eq!(e.fs.getxattr(f.ino, ACL_A).expect("ACL"), masked);
+    e.fs.release(fh).expect("release");
+
+    e.fs.mkdir(&cred, dir, b"sub", 0o755).expect("mkdir sub");
+    let sub = e.fs.lookup(dir, b"sub").expect("lookup sub");
+    let (_, g) =
+        e.fs.create(&cred, sub.ino, b"g", 0o644, flags)
+            .expect("create g");
+    e.fs.release(g).expect("release g");
+    let scans = e.store.scans();
+    assert_eq!(err(e.fs.rmdir(dir, b"sub")), libc::ENOTEMPTY);
+    e.fs.unlink(sub.ino, b"g").expect("unlink");
+    e.fs.rmdir(dir, b"sub").expect("rmdir");
+    assert_eq!(
+        e.store.scans() - scans,
+        0,
+        "rmdir of a directory made here scanned"
+    );
+}

@@ -421,6 +421,12 @@ impl KvStore for TreeStore {
         Some(self.env().stats().file.allocated_bytes)
     }
 
+    fn point_reads_cheap(&self) -> bool {
+        // A point read walks one root-to-leaf path and applies the messages for one key; a
+        // scan materializes a leaf window with every pending message for its range.
+        true
+    }
+
     fn space(&self) -> Option<StoreSpace> {
         let s = self.env.space();
         Some(StoreSpace {

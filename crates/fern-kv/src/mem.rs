@@ -186,6 +186,10 @@ impl KvStore for MemStore {
     fn limits(&self) -> Limits {
         self.limits
     }
+
+    fn point_reads_cheap(&self) -> bool {
+        true
+    }
 }
 
 impl OccBackend for MemStore {

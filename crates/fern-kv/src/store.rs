@@ -105,6 +105,14 @@ pub trait KvStore: KvRead + Send + Sync {
     fn session(&self) -> KvResult<Option<&dyn KvSession>> {
         Ok(None)
     }
+
+    /// Whether a point read costs no more than the part of a short range scan it replaces: an
+    /// embedded store answers a read without a round trip, so a caller wanting a few known
+    /// keys asks for them one by one (fern-fs: a read of a few blocks); a remote store (etcd:
+    /// one round trip per read, whatever it returns) keeps the default, and gets one scan.
+    fn point_reads_cheap(&self) -> bool {
+        false
+    }
 }
 
 /// A live handle's presence on a shared store (etcd: a lease kept alive by the handle). What

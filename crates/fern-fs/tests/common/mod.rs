@@ -69,10 +69,14 @@ pub fn mem_store(registry: UpdateRegistry, limits: Limits) -> Box<dyn KvStore> {
     Box::new(MemStore::with_limits(registry, limits))
 }
 
-/// Delegates to a store, counting reads (store-level and inside transactions).
+/// Delegates to a store, counting reads (store-level and inside transactions); range scans
+/// are also counted apart.
 pub struct CountingStore {
     pub inner: Box<dyn KvStore>,
     pub reads: AtomicUsize,
+    pub scans: AtomicUsize,
+    /// Claim expensive point reads, as a remote store (etcd) does.
+    pub remote: std::sync::atomic::AtomicBool,
 }
 
 impl CountingStore {
@@ -80,10 +84,15 @@ impl CountingStore {
         Self {
             inner,
             reads: AtomicUsize::new(0),
+            scans: AtomicUsize::new(0),
+            remote: std::sync::atomic::AtomicBool::new(false),
         }
     }
     pub fn reads(&self) -> usize {
         self.reads.load(Ordering::SeqCst)
+    }
+    pub fn scans(&self) -> usize {
+        self.scans.load(Ordering::SeqCst)
     }
 }
 
@@ -100,6 +109,7 @@ impl KvRead for CountingStore {
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.reads.fetch_add(1, Ordering::SeqCst);
+        self.scans.fetch_add(1, Ordering::SeqCst);
         self.inner.scan(tree, range, dir, limit)
     }
 }
@@ -115,6 +125,7 @@ impl KvStore for CountingStore {
         Ok(Box::new(CountingTxn {
             inner: self.inner.begin()?,
             reads: &self.reads,
+            scans: &self.scans,
         }))
     }
     fn sync(&self) -> KvResult<()> {
@@ -131,11 +142,16 @@ impl KvStore for CountingStore {
     fn space(&self) -> Option<fern_kv::StoreSpace> {
         self.inner.space()
     }
+
+    fn point_reads_cheap(&self) -> bool {
+        !self.remote.load(Ordering::SeqCst) && self.inner.point_reads_cheap()
+    }
 }
 
 struct CountingTxn<'a> {
     inner: Box<dyn KvTxn + 'a>,
     reads: &'a AtomicUsize,
+    scans: &'a AtomicUsize,
 }
 
 impl KvRead for CountingTxn<'_> {
@@ -151,6 +167,7 @@ impl KvRead for CountingTxn<'_> {
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.reads.fetch_add(1, Ordering::SeqCst);
+        self.scans.fetch_add(1, Ordering::SeqCst);
         self.inner.scan(tree, range, dir, limit)
     }
 }
