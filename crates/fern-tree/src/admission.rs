@@ -11,6 +11,7 @@ use crate::blockfile::{BlockFile, ALIGN};
 use crate::env::{Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, ROOM_ROUNDS};
 use crate::error::{Error, Result};
 use crate::space::{self, Admission, Space};
+use crate::stats::WriteCause;
 
 impl Env {
     /// The space figures statfs reports (format.md, "Space and the reserve").
@@ -168,11 +169,14 @@ impl Env {
                     }
                     moved = true;
                     if ctx.cache.dirty_bytes().saturating_sub(start) >= budget {
-                        return ctx.cache.evict(&|n| ctx.write_node(n));
+                        return ctx
+                            .cache
+                            .evict(&|n| ctx.write_node(n, WriteCause::Eviction));
                     }
                 }
             }
-            ctx.cache.evict(&|n| ctx.write_node(n))
+            ctx.cache
+                .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
         })();
         self.poison(r)?;
         Ok(moved)

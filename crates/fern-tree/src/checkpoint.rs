@@ -11,6 +11,7 @@ use crate::blockfile::ALIGN;
 use crate::catalog::{encode_meta, State};
 use crate::env::{CkptSignal, Env, Inner, BACKGROUND_ROUNDS, LOG_RELEASE_STEP};
 use crate::error::{Error, Result};
+use crate::stats::WriteCause;
 
 impl Inner {
     /// The sharp checkpoint: everything under the write lock the caller holds (`st`).
@@ -22,7 +23,7 @@ impl Inner {
             // the older checkpoint replays them).
             self.wal.flush()?;
             for n in ctx.cache.dirty() {
-                ctx.write_node(&n)?;
+                ctx.write_node(&n, WriteCause::Checkpoint)?;
                 n.set_dirty(false);
             }
             let meta = encode_meta(st, &self.shape);
@@ -177,6 +178,7 @@ impl Env {
             let mut locs = Vec::with_capacity(snapshot.len());
             for n in &snapshot {
                 let bytes = n.encode(i.shape.compression);
+                i.counters.node_written(WriteCause::Checkpoint, bytes.len());
                 let len = u32::try_from(bytes.len()).map_err(|_| {
                     Error::InvalidArgument(format!("node {} block over 4 GiB", n.id))
                 })?;

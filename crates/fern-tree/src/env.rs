@@ -32,7 +32,7 @@ use crate::msg::{Op, UpsertRegistry};
 use crate::node::Node;
 use crate::options::{Durability, Options, RecoveryReport};
 use crate::space::Admission;
-use crate::stats::{self, Counters, Stats};
+use crate::stats::{self, Counters, Stats, WriteCause};
 use crate::tree::{Tree, WriteBatch};
 use crate::wal::{self, LogRecord, Region, Wal};
 
@@ -98,6 +98,7 @@ impl Inner {
             dev: &self.dev,
             shape: &self.shape,
             upserts: &self.upserts,
+            counters: &self.counters,
         }
     }
 
@@ -572,7 +573,8 @@ impl Env {
             let root = st.trees[*idx].root;
             st.trees[*idx].root = betree::write(&ctx, root, msgs)?;
         }
-        ctx.cache.evict(&|n| ctx.write_node(n))
+        ctx.cache
+            .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
     }
 
     pub(crate) fn create_tree_locked(&self, st: &mut State, name: &str) -> usize {
@@ -746,6 +748,7 @@ impl Env {
             log_syncs: self.inner.wal.syncs.load(Ordering::Relaxed),
             log_end: self.inner.wal.end(),
             log_durable: self.inner.wal.durable(),
+            work: self.inner.counters.work(),
         }
     }
 
@@ -766,7 +769,8 @@ impl Env {
         let ctx = self.ctx();
         let r = f(&ctx, root).and_then(|new_root| {
             st.trees[t.idx].root = new_root;
-            ctx.cache.evict(&|n| ctx.write_node(n))
+            ctx.cache
+                .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
         });
         self.poison(r)
     }
@@ -788,7 +792,9 @@ impl Env {
         drop(st);
         // Readers evict clean (and, if they must, dirty) nodes so the bound holds for them too.
         if ctx.cache.over_limit() {
-            let ev = ctx.cache.evict(&|n| ctx.write_node(n));
+            let ev = ctx
+                .cache
+                .evict(&|n| ctx.write_node(n, WriteCause::Eviction));
             self.poison(ev)?;
         }
         r
