@@ -89,10 +89,15 @@ impl Ctx<'_> {
     /// Writes a node to a fresh block (copy-on-write); it stays cached, now clean.
     pub(crate) fn write_node(&self, node: &Node, cause: WriteCause) -> Result<()> {
         let bytes = node.encode(self.shape.compression);
+        self.write_encoded(node, &bytes, cause)
+    }
+
+    /// Writes `bytes`, the encoding of `node`, to a fresh block (copy-on-write).
+    pub(crate) fn write_encoded(&self, node: &Node, bytes: &[u8], cause: WriteCause) -> Result<()> {
         self.counters.node_written(cause, bytes.len());
         let loc = self.bf.lock().reserve(node.id, bytes.len() as u32)?;
         self.dev
-            .write_at(&bytes, loc.offset)
+            .write_at(bytes, loc.offset)
             .map_err(|e| Error::io(format!("writing node {}", node.id), e))
     }
 

@@ -158,6 +158,45 @@ impl Cache {
         }
     }
 
+    /// The configured bound.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Excludes evictions (and other writebacks) while a writeback writes one node.
+    pub(crate) fn writeback_lock(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.evicting.lock()
+    }
+
+    /// The dirty leaves among the least recently used leaves nobody else holds that together
+    /// use `bytes` of memory, least recently used first: what eviction will write next if the
+    /// cache has to shed `bytes` (writeback.rs writes them ahead of it). Clean leaves count
+    /// toward `bytes` (eviction drops them first) but are not returned.
+    pub(crate) fn dirty_leaves(&self, bytes: usize) -> Vec<SharedNode> {
+        if self.keep_dirty {
+            return Vec::new();
+        }
+        let map = self.map.lock();
+        let mut v: Vec<(u64, &SharedNode)> = map
+            .values()
+            .filter(|s| s.node.is_leaf() && Arc::strong_count(&s.node) == 1)
+            .map(|s| (s.last_use.load(Ordering::Relaxed), &s.node))
+            .collect();
+        v.sort_unstable_by_key(|e| e.0);
+        let mut seen = 0;
+        let mut out = Vec::new();
+        for (_, n) in v {
+            if seen >= bytes {
+                break;
+            }
+            seen += n.mem.load(Ordering::Relaxed);
+            if n.is_dirty() {
+                out.push(n.clone());
+            }
+        }
+        out
+    }
+
     pub(crate) fn over_limit(&self) -> bool {
         self.used.load(Ordering::Relaxed) > self.limit
     }

@@ -35,6 +35,7 @@ use crate::space::Admission;
 use crate::stats::{self, Counters, Stats, WriteCause};
 use crate::tree::{Tree, WriteBatch};
 use crate::wal::{self, LogRecord, Region, Wal};
+use crate::writeback::{spawn_writeback, WritebackSignal};
 
 pub(crate) struct Inner {
     pub(crate) state: RwLock<State>,
@@ -52,6 +53,8 @@ pub(crate) struct Inner {
     pub(crate) ckpt_lock: Mutex<()>,
     /// Wakes the checkpoint thread, if there is one.
     pub(crate) ckpt_signal: Option<Arc<CkptSignal>>,
+    /// Wakes the writeback thread (writeback.rs), if there is one (with the checkpoint thread).
+    pub(crate) writeback_signal: Option<Arc<WritebackSignal>>,
     /// LSN below which this open has returned the log region's bytes to the host (W9).
     pub(crate) log_released: Mutex<u64>,
     /// Opened with `Options::read_only` (W11).
@@ -400,6 +403,8 @@ impl Env {
                     cv: parking_lot::Condvar::new(),
                 })
             }),
+            writeback_signal: (opts.checkpoint_thread && !read_only)
+                .then(|| Arc::new(WritebackSignal::default())),
         });
         let env = Env {
             inner: inner.clone(),
@@ -410,6 +415,9 @@ impl Env {
         }
         if let Some(sig) = &env.inner.ckpt_signal {
             spawn_checkpointer(Arc::downgrade(&env.inner), sig.clone());
+        }
+        if let Some(sig) = &env.inner.writeback_signal {
+            spawn_writeback(Arc::downgrade(&env.inner), sig.clone());
         }
         env
     }
@@ -572,6 +580,11 @@ impl Env {
         for (idx, msgs) in &per_tree {
             let root = st.trees[*idx].root;
             st.trees[*idx].root = betree::write(&ctx, root, msgs)?;
+        }
+        if let Some(sig) = &self.inner.writeback_signal {
+            if self.inner.wants_writeback() {
+                sig.wake();
+            }
         }
         ctx.cache
             .evict(&|n| ctx.write_node(n, WriteCause::Eviction))

@@ -34,6 +34,7 @@ mod stats;
 mod tree;
 mod varint;
 pub mod wal;
+mod writeback;
 
 pub use betree::{DamagedNode, TreeReport};
 pub use cache::CacheStats;

@@ -61,6 +61,10 @@ pub struct WorkStats {
     pub evicted_nodes: u64,
     /// Their bytes.
     pub evicted_bytes: u64,
+    /// Node blocks written by background writeback (a dirty leaf eviction would write next).
+    pub writeback_nodes: u64,
+    /// Their bytes.
+    pub writeback_bytes: u64,
     /// Flushes of a child buffer into a leaf.
     pub leaf_flushes: u64,
     /// Flushes of a child buffer into an internal node.
@@ -114,6 +118,8 @@ pub(crate) struct Counters {
     checkpoint_bytes: AtomicU64,
     evicted_nodes: AtomicU64,
     evicted_bytes: AtomicU64,
+    writeback_nodes: AtomicU64,
+    writeback_bytes: AtomicU64,
     leaf_flushes: AtomicU64,
     internal_flushes: AtomicU64,
     flushed_bytes: AtomicU64,
@@ -125,6 +131,7 @@ pub(crate) struct Counters {
 pub(crate) enum WriteCause {
     Checkpoint,
     Eviction,
+    Writeback,
 }
 
 impl Counters {
@@ -133,6 +140,7 @@ impl Counters {
         let (n, b) = match cause {
             WriteCause::Checkpoint => (&self.checkpoint_nodes, &self.checkpoint_bytes),
             WriteCause::Eviction => (&self.evicted_nodes, &self.evicted_bytes),
+            WriteCause::Writeback => (&self.writeback_nodes, &self.writeback_bytes),
         };
         n.fetch_add(1, Ordering::Relaxed);
         b.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -162,6 +170,8 @@ impl Counters {
             checkpoint_bytes: l(&self.checkpoint_bytes),
             evicted_nodes: l(&self.evicted_nodes),
             evicted_bytes: l(&self.evicted_bytes),
+            writeback_nodes: l(&self.writeback_nodes),
+            writeback_bytes: l(&self.writeback_bytes),
             leaf_flushes: l(&self.leaf_flushes),
             internal_flushes: l(&self.internal_flushes),
             flushed_bytes: l(&self.flushed_bytes),
