@@ -194,8 +194,7 @@ impl Env {
         i.freed_hint.store(0, Ordering::Relaxed);
         i.reclaim_wanted.store(true, Ordering::Relaxed);
         if let Some(sig) = &i.ckpt_signal {
-            *sig.want.lock() = true;
-            sig.cv.notify_one();
+            sig.wake();
             return Ok(());
         }
         let Some(_one) = i.ckpt_lock.try_lock() else {

@@ -24,7 +24,7 @@ use crate::blockfile::{BlockFile, DATA_START};
 use crate::buffer::MsgBuffer;
 use crate::cache::Cache;
 use crate::catalog::{decode_meta, encode_meta, State, TreeEntry, NO_LOG};
-use crate::checkpoint::spawn_checkpointer;
+use crate::checkpoint::{spawn_checkpointer, Wakeup};
 use crate::device::{BlockDevice, FileDevice};
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, Msn, NodeId};
@@ -35,7 +35,7 @@ use crate::space::Admission;
 use crate::stats::{self, Counters, Stats, WriteCause};
 use crate::tree::{Tree, WriteBatch};
 use crate::wal::{self, LogRecord, Region, Wal};
-use crate::writeback::{spawn_writeback, WritebackSignal};
+use crate::writeback::spawn_writeback;
 
 pub(crate) struct Inner {
     pub(crate) state: RwLock<State>,
@@ -52,9 +52,9 @@ pub(crate) struct Inner {
     /// One checkpoint at a time (held for its whole duration; never taken under `state`).
     pub(crate) ckpt_lock: Mutex<()>,
     /// Wakes the checkpoint thread, if there is one.
-    pub(crate) ckpt_signal: Option<Arc<CkptSignal>>,
+    pub(crate) ckpt_signal: Option<Arc<Wakeup>>,
     /// Wakes the writeback thread (writeback.rs), if there is one (with the checkpoint thread).
-    pub(crate) writeback_signal: Option<Arc<WritebackSignal>>,
+    pub(crate) writeback_signal: Option<Arc<Wakeup>>,
     /// LSN below which this open has returned the log region's bytes to the host (W9).
     pub(crate) log_released: Mutex<u64>,
     /// Opened with `Options::read_only` (W11).
@@ -88,11 +88,6 @@ pub(crate) const BACKGROUND_ROUNDS: usize = 8;
 /// milliseconds of `fallocate` at most), not for the whole release.
 pub(crate) const LOG_RELEASE_STEP: u64 = 4 << 20;
 
-pub(crate) struct CkptSignal {
-    pub(crate) want: Mutex<bool>,
-    pub(crate) cv: parking_lot::Condvar,
-}
-
 impl Inner {
     pub(crate) fn ctx(&self) -> Ctx<'_> {
         Ctx {
@@ -114,7 +109,7 @@ impl Inner {
             return Ok(());
         }
         if let Some(sig) = &self.ckpt_signal {
-            sig.cv.notify_one();
+            sig.nudge();
         }
         if self.poisoned.lock().is_some() {
             return Ok(());
@@ -397,14 +392,10 @@ impl Env {
             log_released: Mutex::new(0),
             read_only,
             recovery: Mutex::new(RecoveryReport::default()),
-            ckpt_signal: (opts.checkpoint_thread && !read_only).then(|| {
-                Arc::new(CkptSignal {
-                    want: Mutex::new(false),
-                    cv: parking_lot::Condvar::new(),
-                })
-            }),
+            ckpt_signal: (opts.checkpoint_thread && !read_only)
+                .then(|| Arc::new(Wakeup::default())),
             writeback_signal: (opts.checkpoint_thread && !read_only)
-                .then(|| Arc::new(WritebackSignal::default())),
+                .then(|| Arc::new(Wakeup::default())),
         });
         let env = Env {
             inner: inner.clone(),

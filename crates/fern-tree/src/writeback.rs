@@ -18,37 +18,16 @@
 //! between the check that the node is still the cached version and the end of its write, no
 //! one else writes that id or frees the extent being written.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
-
-use parking_lot::{Condvar, Mutex};
-
+use crate::checkpoint::Wakeup;
 use crate::env::Inner;
 use crate::error::Result;
 use crate::stats::WriteCause;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 /// The thread cleans while the cache holds more than this share of its bound (in tenths):
 /// below the 9/10 the writer's eviction leaves behind, so its victims are mostly clean.
 pub(crate) const CLEAN_FROM: usize = 8;
-
-/// Wakes the writeback thread.
-#[derive(Default)]
-pub(crate) struct WritebackSignal {
-    want: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl WritebackSignal {
-    /// Asks for a round of cleaning (cheap when one is already asked for).
-    pub(crate) fn wake(&self) {
-        let mut want = self.want.lock();
-        if !*want {
-            *want = true;
-            self.cv.notify_one();
-        }
-    }
-}
 
 impl Inner {
     /// Whether the cache is full enough that writeback should run.
@@ -83,21 +62,15 @@ impl Inner {
 
 /// Runs writeback rounds when writers ask, until the environment is dropped, closed or
 /// poisoned (a failed write poisons it: E2).
-pub(crate) fn spawn_writeback(inner: Weak<Inner>, sig: Arc<WritebackSignal>) {
+pub(crate) fn spawn_writeback(inner: Weak<Inner>, sig: Arc<Wakeup>) {
     let _ = std::thread::Builder::new()
         .name("fern-writeback".into())
         .spawn(move || loop {
-            {
-                let mut want = sig.want.lock();
-                if !*want {
-                    sig.cv.wait_for(&mut want, Duration::from_millis(200));
+            if !sig.wait() {
+                if inner.strong_count() == 0 {
+                    return;
                 }
-                if !std::mem::take(&mut *want) {
-                    if inner.strong_count() == 0 {
-                        return;
-                    }
-                    continue;
-                }
+                continue;
             }
             let Some(inner) = inner.upgrade() else { return };
             if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
