@@ -175,10 +175,12 @@ fn writeback_cleans_leaves_and_loses_nothing() {
     let env = Env::create_on(dev.clone(), o.clone()).unwrap();
     let t = env.tree("t").unwrap();
     fill(&env, &t, 20_000);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while env.stats().work.writeback_nodes == 0 && std::time::Instant::now() < deadline {
-        // Keep the cache above the writeback threshold while the thread gets scheduled.
+        // Keep the cache above the writeback threshold, and leave the thread (which needs the
+        // read lock between batches) time to be scheduled on a loaded machine.
         fill(&env, &t, 1_000);
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
     let w = env.stats().work;
     assert!(w.writeback_nodes > 0 && w.writeback_bytes > 0, "{w:?}");
