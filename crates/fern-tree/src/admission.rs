@@ -11,6 +11,7 @@ use crate::blockfile::{BlockFile, ALIGN};
 use crate::env::{Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, ROOM_ROUNDS};
 use crate::error::{Error, Result};
 use crate::space::{self, Admission, Space};
+use crate::stats::WriteCause;
 
 impl Env {
     /// The space figures statfs reports (format.md, "Space and the reserve").
@@ -168,11 +169,14 @@ impl Env {
                     }
                     moved = true;
                     if ctx.cache.dirty_bytes().saturating_sub(start) >= budget {
-                        return ctx.cache.evict(&|n| ctx.write_node(n));
+                        return ctx
+                            .cache
+                            .evict(&|n| ctx.write_node(n, WriteCause::Eviction));
                     }
                 }
             }
-            ctx.cache.evict(&|n| ctx.write_node(n))
+            ctx.cache
+                .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
         })();
         self.poison(r)?;
         Ok(moved)
@@ -190,8 +194,7 @@ impl Env {
         i.freed_hint.store(0, Ordering::Relaxed);
         i.reclaim_wanted.store(true, Ordering::Relaxed);
         if let Some(sig) = &i.ckpt_signal {
-            *sig.want.lock() = true;
-            sig.cv.notify_one();
+            sig.wake();
             return Ok(());
         }
         let Some(_one) = i.ckpt_lock.try_lock() else {

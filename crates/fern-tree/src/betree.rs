@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::ids::NodeId;
 use crate::msg::{self, Kind, MsgRef, UpsertRegistry};
 use crate::node::{child_before, child_for, Body, Node, Part, SharedNode};
+use crate::stats::{Counters, WriteCause};
 
 /// Shape parameters of trees, fixed for an open environment.
 #[derive(Clone, Debug)]
@@ -36,6 +37,7 @@ pub(crate) struct Ctx<'a> {
     pub dev: &'a Arc<dyn BlockDevice>,
     pub shape: &'a Shape,
     pub upserts: &'a UpsertRegistry,
+    pub counters: &'a Counters,
 }
 
 impl Ctx<'_> {
@@ -54,6 +56,7 @@ impl Ctx<'_> {
         let mut node = match self.cache.take(id) {
             Some(n) => n,
             None => {
+                self.counters.writer_read();
                 let loc = self.bf.lock().loc(id).ok_or(Error::MissingNode(id))?;
                 Node::read(self.dev.as_ref(), id, loc, true)?
             }
@@ -84,11 +87,17 @@ impl Ctx<'_> {
     }
 
     /// Writes a node to a fresh block (copy-on-write); it stays cached, now clean.
-    pub(crate) fn write_node(&self, node: &Node) -> Result<()> {
+    pub(crate) fn write_node(&self, node: &Node, cause: WriteCause) -> Result<()> {
         let bytes = node.encode(self.shape.compression);
+        self.write_encoded(node, &bytes, cause)
+    }
+
+    /// Writes `bytes`, the encoding of `node`, to a fresh block (copy-on-write).
+    pub(crate) fn write_encoded(&self, node: &Node, bytes: &[u8], cause: WriteCause) -> Result<()> {
+        self.counters.node_written(cause, bytes.len());
         let loc = self.bf.lock().reserve(node.id, bytes.len() as u32)?;
         self.dev
-            .write_at(&bytes, loc.offset)
+            .write_at(bytes, loc.offset)
             .map_err(|e| Error::io(format!("writing node {}", node.id), e))
     }
 
@@ -567,6 +576,7 @@ fn flush_child(
     };
     let msgs = std::mem::take(bufs[i].get_mut());
     let mut child = ctx.take(children[i])?;
+    ctx.counters.flushed(child.is_leaf(), msgs.bytes());
     push_down(ctx, &mut child, &msgs)?;
     drop(msgs);
     match below {

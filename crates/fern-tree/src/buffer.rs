@@ -78,12 +78,33 @@ impl MsgBuffer {
     /// `seal`, given for each pending message (in `pending` order) where it goes in `sorted`
     /// as of now — after every sealed message with a key at or below its own — when the caller
     /// already searched for it (coalescing does), so a few new messages cost no new search.
-    fn seal_at(&mut self, places: Option<Vec<usize>>) {
+    fn seal_at(&mut self, places: Option<Places>) {
         if self.pending.is_empty() {
             return;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        if let Some(places) = places.filter(|p| p.len() == pending.len()) {
+        let places = places.filter(|p| p.at.len() == pending.len());
+        if let Some(Places {
+            at,
+            by_key: Some(order),
+        }) = places.as_ref().filter(|p| p.by_key.is_some())
+        {
+            // A long round whose key order and places coalescing already found: the merge
+            // needs no comparison. `order` is stable by key, so places ascend along it and
+            // messages of one key keep MSN order, after every older (sorted) one.
+            let mut merged = Vec::with_capacity(self.sorted.len() + pending.len());
+            let mut s = 0;
+            for &i in order {
+                let p = at[i as usize];
+                merged.extend_from_slice(&self.sorted[s..p]);
+                s = p;
+                merged.push(pending[i as usize]);
+            }
+            merged.extend_from_slice(&self.sorted[s..]);
+            self.sorted = merged;
+            return;
+        }
+        if let Some(places) = places.map(|p| p.at) {
             if pending.len() * 16 < self.sorted.len() {
                 let mut todo: Vec<(usize, u32)> = places.into_iter().zip(pending).collect();
                 // By key, stable: equal keys keep MSN order. Places grow with the key, so
@@ -146,7 +167,7 @@ impl MsgBuffer {
     /// Coalesces this round's messages (see `seal_coalescing`). Returns, for each message left
     /// in `pending`, its place in `sorted` (see `seal_at`), found by the search coalescing makes
     /// anyway; `None` when the round was not examined.
-    fn coalesce_pending(&mut self, upserts: &UpsertRegistry) -> Option<Vec<usize>> {
+    fn coalesce_pending(&mut self, upserts: &UpsertRegistry) -> Option<Places> {
         let tail = *self.pending.first()? as usize;
         // A range delete appended in this round sits between the new point messages; such
         // rounds are rare, so they are simply not coalesced.
@@ -163,18 +184,41 @@ impl MsgBuffer {
         let mut changed = false;
         {
             let data = &self.data;
+            let sorted = &self.sorted;
+            let pending = &self.pending;
+            // A long round (a flush moving a whole buffer, a large batch): one stable sort of
+            // the round by key and one walk along `sorted` give every message its place —
+            // P log P + P + S comparisons instead of P binary searches of log S, each probe a
+            // cache miss — and the key order is what sealing needs next anyway.
+            let bulk = (pending.len() * 16 >= sorted.len()).then(|| {
+                let mut order: Vec<u32> = (0..pending.len() as u32).collect();
+                order.sort_by(|&a, &b| {
+                    key_at(data, pending[a as usize]).cmp(key_at(data, pending[b as usize]))
+                });
+                let mut at = vec![0usize; pending.len()];
+                let mut j = 0;
+                for &i in &order {
+                    let key = key_at(data, pending[i as usize]);
+                    while j < sorted.len() && key_at(data, sorted[j]) <= key {
+                        j += 1;
+                    }
+                    at[i as usize] = j;
+                }
+                (order, at)
+            });
+            let search = |i: usize, key: &[u8]| match &bulk {
+                Some((_, at)) => at[i],
+                None => sorted.partition_point(|&o| key_at(data, o) <= key),
+            };
             let mut last = LastByKey::with_capacity(self.pending.len());
-            for &off in &self.pending {
+            for (i, &off) in self.pending.iter().enumerate() {
                 let m = MsgRef::decode_trusted(data, off as usize);
                 let mut slot = Slot::Here(off);
                 let mut place = None;
                 let at;
                 if let Some(j) = last.get(m.key) {
                     // The previous message for this key came in this round.
-                    at = out[j].as_ref().map_or_else(
-                        || self.sorted.partition_point(|&o| key_at(data, o) <= m.key),
-                        |e| e.2,
-                    );
+                    at = out[j].as_ref().map_or_else(|| search(i, m.key), |e| e.2);
                     if let Some((prev, prev_place, _)) = &out[j] {
                         match coalesce(&prev.view(data), &m, upserts) {
                             Coalesced::No => {}
@@ -192,7 +236,7 @@ impl MsgBuffer {
                 } else {
                     // The previous message for this key, if any, is the last sealed one; a
                     // newer range delete covering the key stands between them.
-                    at = self.sorted.partition_point(|&o| key_at(data, o) <= m.key);
+                    at = search(i, m.key);
                     if at > 0 && key_at(data, self.sorted[at - 1]) == m.key {
                         let prev_off = self.sorted[at - 1];
                         let prev = MsgRef::decode_trusted(data, prev_off as usize);
@@ -221,7 +265,10 @@ impl MsgBuffer {
                 out.push(Some((slot, place, at)));
             }
             if !changed && out.iter().all(Option::is_some) {
-                return Some(out.iter().flatten().map(|e| e.2).collect());
+                return Some(Places {
+                    at: out.iter().flatten().map(|e| e.2).collect(),
+                    by_key: bulk.map(|(order, _)| order),
+                });
             }
             // Rebuild this round's bytes: the surviving messages, in their MSN order.
             let mut fresh = Vec::with_capacity(data.len() - tail);
@@ -257,7 +304,10 @@ impl MsgBuffer {
                 self.dead += m.len;
                 self.data[o as usize] |= DEAD;
             }
-            Some(places)
+            Some(Places {
+                at: places,
+                by_key: None,
+            })
         }
     }
 
@@ -484,6 +534,13 @@ impl<'a> LastByKey<'a> {
             }
         }
     }
+}
+
+/// Where each message of a round goes in `sorted` (see `MsgBuffer::seal_at`), and, for a long
+/// round, the round's order by key (stable: MSN order within a key), as indexes into `pending`.
+struct Places {
+    at: Vec<usize>,
+    by_key: Option<Vec<u32>>,
 }
 
 /// A message of the round being coalesced: still in the buffer's bytes, or newly made.

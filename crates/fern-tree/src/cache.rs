@@ -1,8 +1,8 @@
 //! The node cache: one per environment, shared by all its trees, with a hard memory bound.
 //!
 //! Owns which nodes are in memory and how much memory they use (every loaded partition counts,
-//! buffers included — invariant C1). Eviction picks the least recently used nodes that nobody is
-//! using; a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
+//! buffers included — invariant C1). Eviction picks the least recently used leaves that nobody
+//! is using, and internal nodes only after the leaves; a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
 //! a change (invariant C2). In a read-only open (W11) dirty nodes cannot be written, so they are
 //! never evicted: the bound then holds for clean nodes only. Never: decides tree structure, or
 //! frees blocks.
@@ -158,6 +158,45 @@ impl Cache {
         }
     }
 
+    /// The configured bound.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Excludes evictions (and other writebacks) while a writeback writes one node.
+    pub(crate) fn writeback_lock(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.evicting.lock()
+    }
+
+    /// The dirty leaves among the least recently used leaves nobody else holds that together
+    /// use `bytes` of memory, least recently used first: what eviction will write next if the
+    /// cache has to shed `bytes` (writeback.rs writes them ahead of it). Clean leaves count
+    /// toward `bytes` (eviction drops them first) but are not returned.
+    pub(crate) fn dirty_leaves(&self, bytes: usize) -> Vec<SharedNode> {
+        if self.keep_dirty {
+            return Vec::new();
+        }
+        let map = self.map.lock();
+        let mut v: Vec<(u64, &SharedNode)> = map
+            .values()
+            .filter(|s| s.node.is_leaf() && Arc::strong_count(&s.node) == 1)
+            .map(|s| (s.last_use.load(Ordering::Relaxed), &s.node))
+            .collect();
+        v.sort_unstable_by_key(|e| e.0);
+        let mut seen = 0;
+        let mut out = Vec::new();
+        for (_, n) in v {
+            if seen >= bytes {
+                break;
+            }
+            seen += n.mem.load(Ordering::Relaxed);
+            if n.is_dirty() {
+                out.push(n.clone());
+            }
+        }
+        out
+    }
+
     pub(crate) fn over_limit(&self) -> bool {
         self.used.load(Ordering::Relaxed) > self.limit
     }
@@ -208,15 +247,21 @@ impl Cache {
             return Ok(()); // someone else is evicting
         };
         let target = self.limit / 10 * 9;
-        let mut victims: Vec<(u64, NodeId)> = {
+        // Leaves go first, least recently used first; internal nodes only when no leaf is left
+        // to evict. An internal node's buffers are where the tree batches writes: evicted, the
+        // next flush into it reads and rewrites all of it, and the smaller the buffers the
+        // cache keeps, the fewer bytes each leaf flush moves (a leaf is rewritten whole per
+        // flush). A leaf is rarely hit twice by random writes before it would be evicted, and
+        // a reader's cold lookup costs one basement, not a node (N5).
+        let mut victims: Vec<(bool, u64, NodeId)> = {
             let map = self.map.lock();
             map.iter()
                 .filter(|(_, s)| Arc::strong_count(&s.node) == 1)
-                .map(|(id, s)| (s.last_use.load(Ordering::Relaxed), *id))
+                .map(|(id, s)| (!s.node.is_leaf(), s.last_use.load(Ordering::Relaxed), *id))
                 .collect()
         };
         victims.sort_unstable();
-        for (_, id) in victims {
+        for (_, _, id) in victims {
             if self.used.load(Ordering::Relaxed) <= target {
                 break;
             }

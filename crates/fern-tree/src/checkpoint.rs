@@ -1,16 +1,19 @@
 //! Checkpoints (format.md "Checkpoint (non-stalling, W8)"): the snapshot under the write lock,
 //! the node writes and the commit without it, the adoption of what was written, the return of
 //! log space no durable checkpoint needs (W9), and the background thread that runs them when
-//! the log asks. Never: decides what a batch may write (admission.rs) or replays the log.
+//! the log asks (and the `Wakeup` it and writeback.rs's thread wait on). Never: decides what a batch may write (admission.rs) or replays the log.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::{Condvar, Mutex};
+
 use crate::blockfile::ALIGN;
 use crate::catalog::{encode_meta, State};
-use crate::env::{CkptSignal, Env, Inner, BACKGROUND_ROUNDS, LOG_RELEASE_STEP};
+use crate::env::{Env, Inner, BACKGROUND_ROUNDS, LOG_RELEASE_STEP};
 use crate::error::{Error, Result};
+use crate::stats::WriteCause;
 
 impl Inner {
     /// The sharp checkpoint: everything under the write lock the caller holds (`st`).
@@ -22,7 +25,7 @@ impl Inner {
             // the older checkpoint replays them).
             self.wal.flush()?;
             for n in ctx.cache.dirty() {
-                ctx.write_node(&n)?;
+                ctx.write_node(&n, WriteCause::Checkpoint)?;
                 n.set_dirty(false);
             }
             let meta = encode_meta(st, &self.shape);
@@ -116,8 +119,7 @@ impl Env {
     /// or (without one) runs it here unless one is already running.
     pub(crate) fn request_checkpoint(&self) -> Result<()> {
         if let Some(sig) = &self.inner.ckpt_signal {
-            *sig.want.lock() = true;
-            sig.cv.notify_one();
+            sig.wake();
             return Ok(());
         }
         let Some(_one) = self.inner.ckpt_lock.try_lock() else {
@@ -177,6 +179,7 @@ impl Env {
             let mut locs = Vec::with_capacity(snapshot.len());
             for n in &snapshot {
                 let bytes = n.encode(i.shape.compression);
+                i.counters.node_written(WriteCause::Checkpoint, bytes.len());
                 let len = u32::try_from(bytes.len()).map_err(|_| {
                     Error::InvalidArgument(format!("node {} block over 4 GiB", n.id))
                 })?;
@@ -222,22 +225,49 @@ impl Env {
     }
 }
 
+/// Wakes a background thread (the checkpoint thread, writeback.rs's thread) when there is work.
+#[derive(Default)]
+pub(crate) struct Wakeup {
+    want: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Wakeup {
+    /// Asks for a round of work (cheap when one is already asked for).
+    pub(crate) fn wake(&self) {
+        let mut want = self.want.lock();
+        if !*want {
+            *want = true;
+            self.cv.notify_one();
+        }
+    }
+
+    /// Wakes the thread without asking for work (it then notices a close).
+    pub(crate) fn nudge(&self) {
+        self.cv.notify_one();
+    }
+
+    /// Waits up to 200 ms for a request; takes it and says whether there was one. The timeout
+    /// lets the thread notice that its environment was dropped.
+    pub(crate) fn wait(&self) -> bool {
+        let mut want = self.want.lock();
+        if !*want {
+            self.cv.wait_for(&mut want, Duration::from_millis(200));
+        }
+        std::mem::take(&mut *want)
+    }
+}
+
 /// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
-pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<CkptSignal>) {
+pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
     let _ = std::thread::Builder::new()
         .name("fern-checkpoint".into())
         .spawn(move || loop {
-            {
-                let mut want = sig.want.lock();
-                if !*want {
-                    sig.cv.wait_for(&mut want, Duration::from_millis(200));
+            if !sig.wait() {
+                if inner.strong_count() == 0 {
+                    return;
                 }
-                if !std::mem::take(&mut *want) {
-                    if inner.strong_count() == 0 {
-                        return;
-                    }
-                    continue;
-                }
+                continue;
             }
             let Some(inner) = inner.upgrade() else { return };
             if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {

@@ -81,10 +81,10 @@ pub fn encode_partition(c: Compression, raw: &[u8], out: &mut Vec<u8>) {
         "partition of {} bytes exceeds MAX_PARTITION_LEN",
         raw.len()
     );
-    let compressed = match c {
-        Compression::None => None,
-        Compression::Lz4 => Some(lz4_flex::block::compress(raw)),
-        Compression::Zstd { level } => zstd::bulk::compress(raw, level).ok(),
+    let compressed = if worth_compressing(c, raw) {
+        compress(c, raw)
+    } else {
+        None
     };
     let (tag, payload): (u8, &[u8]) = match &compressed {
         Some(p) if p.len() < raw.len() => (c.to_byte(), p),
@@ -99,6 +99,37 @@ pub fn encode_partition(c: Compression, raw: &[u8], out: &mut Vec<u8>) {
     let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start..start + 12]), payload);
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(payload);
+}
+
+fn compress(c: Compression, raw: &[u8]) -> Option<Vec<u8>> {
+    match c {
+        Compression::None => None,
+        Compression::Lz4 => Some(lz4_flex::block::compress(raw)),
+        Compression::Zstd { level } => zstd::bulk::compress(raw, level).ok(),
+    }
+}
+
+/// Partitions at least this long are sampled before they are compressed.
+const SAMPLE_FROM: usize = 8 << 10;
+/// Bytes of the sample (from the middle of the partition).
+const SAMPLE_LEN: usize = 2 << 10;
+
+/// Whether compressing `raw` with `c` is worth trying: a partition of incompressible rows (the
+/// E1 "incompressible" values, already-compressed file data) costs a full compression attempt
+/// that B9 then discards, on every write of the node. A sample from the middle that does not
+/// shrink by at least 1/16 predicts that; text and repetitive rows compress far better than
+/// that in any 2 KiB window. A wrong guess only stores a compressible partition raw (B9 allows
+/// codec 0 for anything), never anything unreadable.
+fn worth_compressing(c: Compression, raw: &[u8]) -> bool {
+    if c == Compression::None {
+        return false;
+    }
+    if raw.len() < SAMPLE_FROM {
+        return true;
+    }
+    let at = raw.len() / 2 - SAMPLE_LEN / 2;
+    let sample = &raw[at..at + SAMPLE_LEN];
+    compress(c, sample).is_some_and(|p| p.len() < SAMPLE_LEN - SAMPLE_LEN / 16)
 }
 
 /// The fields of a frame header, checked for plausibility but not against the checksum.
@@ -247,5 +278,40 @@ mod tests {
             assert_eq!(frame[0], c.to_byte());
             assert_eq!(decode_partition(frame, &|| "t".into()).unwrap(), data);
         }
+    }
+
+    /// A partition of random bytes (the E1 incompressible values) is stored raw without a
+    /// whole-partition compression attempt; text still compresses.
+    #[test]
+    fn sampling_skips_incompressible_partitions() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let random: Vec<u8> = (0..16 << 10)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let text: Vec<u8> = b"the quick brown fox jumps over the lazy dog; "
+            .iter()
+            .copied()
+            .cycle()
+            .take(16 << 10)
+            .collect();
+        for c in [Compression::Lz4, Compression::Zstd { level: 1 }] {
+            assert!(!worth_compressing(c, &random), "{c:?} random");
+            assert!(worth_compressing(c, &text), "{c:?} text");
+            for (data, tag) in [(&random, TAG_NONE), (&text, c.to_byte())] {
+                let mut out = Vec::new();
+                encode_partition(c, data, &mut out);
+                assert_eq!(out[0], tag);
+                assert_eq!(&decode_partition(&out, &|| "t".into()).unwrap(), data);
+            }
+        }
+        assert!(
+            worth_compressing(Compression::Lz4, &random[..4096]),
+            "small: always tried"
+        );
     }
 }

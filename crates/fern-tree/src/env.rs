@@ -24,7 +24,7 @@ use crate::blockfile::{BlockFile, DATA_START};
 use crate::buffer::MsgBuffer;
 use crate::cache::Cache;
 use crate::catalog::{decode_meta, encode_meta, State, TreeEntry, NO_LOG};
-use crate::checkpoint::spawn_checkpointer;
+use crate::checkpoint::{spawn_checkpointer, Wakeup};
 use crate::device::{BlockDevice, FileDevice};
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, Msn, NodeId};
@@ -32,9 +32,10 @@ use crate::msg::{Op, UpsertRegistry};
 use crate::node::Node;
 use crate::options::{Durability, Options, RecoveryReport};
 use crate::space::Admission;
-use crate::stats::{self, Counters, Stats};
+use crate::stats::{self, Counters, Stats, WriteCause};
 use crate::tree::{Tree, WriteBatch};
 use crate::wal::{self, LogRecord, Region, Wal};
+use crate::writeback::spawn_writeback;
 
 pub(crate) struct Inner {
     pub(crate) state: RwLock<State>,
@@ -51,7 +52,9 @@ pub(crate) struct Inner {
     /// One checkpoint at a time (held for its whole duration; never taken under `state`).
     pub(crate) ckpt_lock: Mutex<()>,
     /// Wakes the checkpoint thread, if there is one.
-    pub(crate) ckpt_signal: Option<Arc<CkptSignal>>,
+    pub(crate) ckpt_signal: Option<Arc<Wakeup>>,
+    /// Wakes the writeback thread (writeback.rs), if there is one (with the checkpoint thread).
+    pub(crate) writeback_signal: Option<Arc<Wakeup>>,
     /// LSN below which this open has returned the log region's bytes to the host (W9).
     pub(crate) log_released: Mutex<u64>,
     /// Opened with `Options::read_only` (W11).
@@ -85,11 +88,6 @@ pub(crate) const BACKGROUND_ROUNDS: usize = 8;
 /// milliseconds of `fallocate` at most), not for the whole release.
 pub(crate) const LOG_RELEASE_STEP: u64 = 4 << 20;
 
-pub(crate) struct CkptSignal {
-    pub(crate) want: Mutex<bool>,
-    pub(crate) cv: parking_lot::Condvar,
-}
-
 impl Inner {
     pub(crate) fn ctx(&self) -> Ctx<'_> {
         Ctx {
@@ -98,6 +96,7 @@ impl Inner {
             dev: &self.dev,
             shape: &self.shape,
             upserts: &self.upserts,
+            counters: &self.counters,
         }
     }
 
@@ -110,7 +109,7 @@ impl Inner {
             return Ok(());
         }
         if let Some(sig) = &self.ckpt_signal {
-            sig.cv.notify_one();
+            sig.nudge();
         }
         if self.poisoned.lock().is_some() {
             return Ok(());
@@ -393,12 +392,10 @@ impl Env {
             log_released: Mutex::new(0),
             read_only,
             recovery: Mutex::new(RecoveryReport::default()),
-            ckpt_signal: (opts.checkpoint_thread && !read_only).then(|| {
-                Arc::new(CkptSignal {
-                    want: Mutex::new(false),
-                    cv: parking_lot::Condvar::new(),
-                })
-            }),
+            ckpt_signal: (opts.checkpoint_thread && !read_only)
+                .then(|| Arc::new(Wakeup::default())),
+            writeback_signal: (opts.checkpoint_thread && !read_only)
+                .then(|| Arc::new(Wakeup::default())),
         });
         let env = Env {
             inner: inner.clone(),
@@ -409,6 +406,9 @@ impl Env {
         }
         if let Some(sig) = &env.inner.ckpt_signal {
             spawn_checkpointer(Arc::downgrade(&env.inner), sig.clone());
+        }
+        if let Some(sig) = &env.inner.writeback_signal {
+            spawn_writeback(Arc::downgrade(&env.inner), sig.clone());
         }
         env
     }
@@ -572,7 +572,13 @@ impl Env {
             let root = st.trees[*idx].root;
             st.trees[*idx].root = betree::write(&ctx, root, msgs)?;
         }
-        ctx.cache.evict(&|n| ctx.write_node(n))
+        if let Some(sig) = &self.inner.writeback_signal {
+            if self.inner.wants_writeback() {
+                sig.wake();
+            }
+        }
+        ctx.cache
+            .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
     }
 
     pub(crate) fn create_tree_locked(&self, st: &mut State, name: &str) -> usize {
@@ -746,6 +752,7 @@ impl Env {
             log_syncs: self.inner.wal.syncs.load(Ordering::Relaxed),
             log_end: self.inner.wal.end(),
             log_durable: self.inner.wal.durable(),
+            work: self.inner.counters.work(),
         }
     }
 
@@ -766,7 +773,8 @@ impl Env {
         let ctx = self.ctx();
         let r = f(&ctx, root).and_then(|new_root| {
             st.trees[t.idx].root = new_root;
-            ctx.cache.evict(&|n| ctx.write_node(n))
+            ctx.cache
+                .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
         });
         self.poison(r)
     }
@@ -788,7 +796,9 @@ impl Env {
         drop(st);
         // Readers evict clean (and, if they must, dirty) nodes so the bound holds for them too.
         if ctx.cache.over_limit() {
-            let ev = ctx.cache.evict(&|n| ctx.write_node(n));
+            let ev = ctx
+                .cache
+                .evict(&|n| ctx.write_node(n, WriteCause::Eviction));
             self.poison(ev)?;
         }
         r

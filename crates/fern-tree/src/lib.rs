@@ -34,6 +34,7 @@ mod stats;
 mod tree;
 mod varint;
 pub mod wal;
+mod writeback;
 
 pub use betree::{DamagedNode, TreeReport};
 pub use cache::CacheStats;
@@ -45,7 +46,7 @@ pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
 pub use options::{Durability, Options, RecoveryReport};
 pub use space::{Admission, Space};
-pub use stats::{Backlog, DeviceStats, Stats};
+pub use stats::{Backlog, DeviceStats, Stats, WorkStats};
 pub use tree::{Tree, WriteBatch};
 
 /// Longest key accepted, in bytes.

@@ -44,6 +44,35 @@ pub struct Stats {
     pub log_end: Lsn,
     /// The log is durable below this LSN (the last completed sync's watermark).
     pub log_durable: Lsn,
+    /// Where the tree's work and node writes went (write amplification by cause).
+    pub work: WorkStats,
+}
+
+/// The write path's work since open, by cause: which writes of node blocks the checkpoints
+/// and the evictions made, and what the flushes moved. The device's total
+/// ([`DeviceStats::bytes_written`]) is these node bytes plus the log, block tables and headers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkStats {
+    /// Node blocks written by checkpoints.
+    pub checkpoint_nodes: u64,
+    /// Their bytes.
+    pub checkpoint_bytes: u64,
+    /// Node blocks written by eviction (a dirty node leaving the cache).
+    pub evicted_nodes: u64,
+    /// Their bytes.
+    pub evicted_bytes: u64,
+    /// Node blocks written by background writeback (a dirty leaf eviction would write next).
+    pub writeback_nodes: u64,
+    /// Their bytes.
+    pub writeback_bytes: u64,
+    /// Flushes of a child buffer into a leaf.
+    pub leaf_flushes: u64,
+    /// Flushes of a child buffer into an internal node.
+    pub internal_flushes: u64,
+    /// Message bytes those flushes moved.
+    pub flushed_bytes: u64,
+    /// Nodes a writer had to read from the device (not in the cache).
+    pub writer_reads: u64,
 }
 
 impl Stats {
@@ -85,9 +114,71 @@ pub(crate) struct Counters {
     bytes_read: AtomicU64,
     reads: AtomicU64,
     syncs: AtomicU64,
+    checkpoint_nodes: AtomicU64,
+    checkpoint_bytes: AtomicU64,
+    evicted_nodes: AtomicU64,
+    evicted_bytes: AtomicU64,
+    writeback_nodes: AtomicU64,
+    writeback_bytes: AtomicU64,
+    leaf_flushes: AtomicU64,
+    internal_flushes: AtomicU64,
+    flushed_bytes: AtomicU64,
+    writer_reads: AtomicU64,
+}
+
+/// Why a node block is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteCause {
+    Checkpoint,
+    Eviction,
+    Writeback,
 }
 
 impl Counters {
+    /// Counts a node block written for `cause`.
+    pub(crate) fn node_written(&self, cause: WriteCause, bytes: usize) {
+        let (n, b) = match cause {
+            WriteCause::Checkpoint => (&self.checkpoint_nodes, &self.checkpoint_bytes),
+            WriteCause::Eviction => (&self.evicted_nodes, &self.evicted_bytes),
+            WriteCause::Writeback => (&self.writeback_nodes, &self.writeback_bytes),
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+        b.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a flush of `bytes` message bytes into a leaf or an internal node.
+    pub(crate) fn flushed(&self, into_leaf: bool, bytes: usize) {
+        let n = if into_leaf {
+            &self.leaf_flushes
+        } else {
+            &self.internal_flushes
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+        self.flushed_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a node a writer read from the device.
+    pub(crate) fn writer_read(&self) {
+        self.writer_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn work(&self) -> WorkStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WorkStats {
+            checkpoint_nodes: l(&self.checkpoint_nodes),
+            checkpoint_bytes: l(&self.checkpoint_bytes),
+            evicted_nodes: l(&self.evicted_nodes),
+            evicted_bytes: l(&self.evicted_bytes),
+            writeback_nodes: l(&self.writeback_nodes),
+            writeback_bytes: l(&self.writeback_bytes),
+            leaf_flushes: l(&self.leaf_flushes),
+            internal_flushes: l(&self.internal_flushes),
+            flushed_bytes: l(&self.flushed_bytes),
+            writer_reads: l(&self.writer_reads),
+        }
+    }
+
     /// Counts the user bytes of `op`, applied once.
     pub(crate) fn applied(&self, op: &Op) {
         let n = match op {

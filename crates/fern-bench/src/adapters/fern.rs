@@ -1,6 +1,10 @@
 //! fern-tree, the engine of this project, behind the harness's [`Engine`] trait.
 //!
-//! Budget: the whole budget is the node cache (`Options::cache_bytes`, a hard bound).
+//! Budget: the whole budget is the node cache (`Options::cache_bytes`, a hard bound). The log
+//! region is four budgets (at least the default 256 MiB): a checkpoint runs every quarter of
+//! it and writes every dirty node, up to a whole cache, so a region of 256 MiB under a 256 MiB
+//! cache rewrote up to four bytes of nodes per logged byte (docs/design.md §2.6). The region is
+//! sparse and returned to the file system behind each checkpoint (W9): it is disk, not memory.
 //! Compression: LZ4 (the engine's fast setting; RocksDB and fjall get LZ4 too).
 //! Upserts are native (a registered "add u64" function; no read at write time) and range
 //! delete is native (one message). `sync` is a checkpoint. Per-batch durability (E9) commits
@@ -41,6 +45,13 @@ fn add_u64(_key: &[u8], old: Option<&[u8]>, arg: &[u8]) -> Option<Vec<u8>> {
     Some(sum.to_le_bytes().to_vec())
 }
 
+/// The log region for a cache of `budget` bytes (see the module comment).
+fn log_bytes_for(budget: u64) -> u64 {
+    let default = Options::default().log_bytes;
+    // The region's length is a u32 in the block table: stay well below 4 GiB.
+    (budget.saturating_mul(4) >> 20 << 20).clamp(default, 2 << 30)
+}
+
 impl FernEngine {
     /// Opens the single-file image `dir/fern.img`.
     pub fn open(dir: &Path, cfg: &EngineConfig, mode: OpenMode) -> Result<Self> {
@@ -48,6 +59,7 @@ impl FernEngine {
         let mut opts = Options {
             cache_bytes: cfg.budget_bytes as usize,
             compression: Compression::Lz4,
+            log_bytes: log_bytes_for(cfg.budget_bytes),
             durability: match cfg.durability {
                 Durability::Deferred => FernDurability::Buffered,
                 Durability::PerBatch => FernDurability::Sync,

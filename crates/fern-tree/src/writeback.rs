@@ -1,0 +1,84 @@
+//! Background writeback: a thread that writes dirty leaves the cache will soon evict, so that
+//! the writer's own eviction (at the bound, on the write path) finds them clean and only drops
+//! them. On a 2-core machine this moves the encoding and the block writes of evicted leaves —
+//! the largest node-write cost of random inserts beyond the memory bound — off the writer's
+//! core.
+//!
+//! Owns when to clean and which nodes: the dirty leaves nobody holds among the least recently
+//! used ones that hold the cache above [`CLEAN_FROM`] of its bound. Never: removes a node from the
+//! cache (eviction does, and keeps C1), writes a node a writer has replaced since (the version
+//! written must be the cached one, or the block table would point at an older version), or
+//! writes after the environment closed.
+//!
+//! Why the order of locks is safe: the node is encoded with no lock (it is immutable: a writer
+//! that changes it takes a copy, `Cache::take`); the block is then reserved and written under
+//! the environment's read lock and the cache's eviction lock. The read lock excludes writers
+//! (who replace nodes and evict) and the checkpoint's snapshot and adoption (W8 steps 1 and 4,
+//! which change the current block table); the eviction lock excludes readers' evictions. So
+//! between the check that the node is still the cached version and the end of its write, no
+//! one else writes that id or frees the extent being written.
+
+use crate::checkpoint::Wakeup;
+use crate::env::Inner;
+use crate::error::Result;
+use crate::stats::WriteCause;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+/// The thread cleans while the cache holds more than this share of its bound (in tenths):
+/// below the 9/10 the writer's eviction leaves behind, so its victims are mostly clean.
+pub(crate) const CLEAN_FROM: usize = 8;
+
+impl Inner {
+    /// Whether the cache is full enough that writeback should run.
+    pub(crate) fn wants_writeback(&self) -> bool {
+        self.cache.used_bytes() as usize > self.cache.limit() / 10 * CLEAN_FROM
+    }
+
+    /// Writes the dirty leaves eviction would write next: those among the least recently used
+    /// unheld leaves that hold the cache's memory above [`CLEAN_FROM`]. Only those: a leaf
+    /// cleaned too early is often dirtied again by a flush before it is evicted, and then
+    /// written twice. See the module comment for the locking.
+    pub(crate) fn write_back(&self) -> Result<()> {
+        let over =
+            (self.cache.used_bytes() as usize).saturating_sub(self.cache.limit() / 10 * CLEAN_FROM);
+        for n in self.cache.dirty_leaves(over) {
+            let bytes = n.encode(self.shape.compression);
+            let _st = self.state.read();
+            let _one = self.cache.writeback_lock();
+            if self.closed.load(Ordering::SeqCst) || self.poisoned.lock().is_some() {
+                return Ok(());
+            }
+            if !n.is_dirty() || !self.cache.is_current(&n) {
+                continue; // changed or written since it was picked
+            }
+            self.ctx()
+                .write_encoded(&n, &bytes, WriteCause::Writeback)?;
+            n.set_dirty(false);
+        }
+        Ok(())
+    }
+}
+
+/// Runs writeback rounds when writers ask, until the environment is dropped, closed or
+/// poisoned (a failed write poisons it: E2).
+pub(crate) fn spawn_writeback(inner: Weak<Inner>, sig: Arc<Wakeup>) {
+    let _ = std::thread::Builder::new()
+        .name("fern-writeback".into())
+        .spawn(move || loop {
+            if !sig.wait() {
+                if inner.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+            let Some(inner) = inner.upgrade() else { return };
+            if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
+                return;
+            }
+            if let Err(e) = inner.write_back() {
+                inner.set_poison(e.to_string());
+                return;
+            }
+        });
+}
