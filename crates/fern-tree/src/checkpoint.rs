@@ -17,6 +17,7 @@ impl Inner {
     pub(crate) fn checkpoint_locked(&self, st: &State) -> Result<()> {
         let ctx = self.ctx();
         let lsn = self.wal.end();
+        self.extent_bytes.store(0, Ordering::Relaxed); // X10: counted from this snapshot
         let result = (|| {
             // The checkpoint's syncs must cover the log records before it (W5: recovery from
             // the older checkpoint replays them).
@@ -164,6 +165,7 @@ impl Env {
         let (lsn, meta, snapshot) = {
             let st = i.state.write();
             let lsn = i.wal.end();
+            i.extent_bytes.store(0, Ordering::Relaxed); // X10: counted from this snapshot
             // The checkpoint's syncs must cover the log records before it (W5: recovery from
             // the older checkpoint replays them).
             self.poison(i.wal.flush())?;

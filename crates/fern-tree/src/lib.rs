@@ -22,6 +22,7 @@ pub mod codec;
 mod cursor;
 pub mod device;
 mod env;
+pub mod extent;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;
@@ -40,6 +41,7 @@ pub use cache::CacheStats;
 pub use codec::Compression;
 pub use cursor::Cursor;
 pub use env::Env;
+pub use extent::{ExtentRef, EXTENT_REF_LEN, MAX_EXTENT_LEN};
 pub use error::{Error, Result};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
