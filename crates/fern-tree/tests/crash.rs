@@ -15,93 +15,16 @@
 //! reproduces it exactly.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fern_tree::device::{BlockDevice, CrashDevice, MemDevice};
+use fern_tree::device::{CrashDevice, MemDevice};
 use fern_tree::{Durability, Env, Options, UpsertId, WriteBatch};
 use parking_lot::Mutex;
 
-/// Passes calls to a [`CrashDevice`] until mutating call number `crash_at`; there it records the
-/// crash image and fails that call and every later one (the machine is gone).
-#[derive(Debug)]
-struct CrashAt {
-    inner: Arc<CrashDevice>,
-    crash_at: u64,
-    seed: u64,
-    calls: AtomicU64,
-    image: Mutex<Option<Vec<u8>>>,
-}
-
-impl CrashAt {
-    fn new(inner: Arc<CrashDevice>, crash_at: u64, seed: u64) -> Self {
-        CrashAt {
-            inner,
-            crash_at,
-            seed,
-            calls: AtomicU64::new(0),
-            image: Mutex::new(None),
-        }
-    }
-
-    /// Cuts the power now if it has not been cut yet (the end of a workload).
-    fn cut(&self) {
-        let n = self.calls.fetch_max(self.crash_at, Ordering::SeqCst);
-        if n < self.crash_at {
-            *self.image.lock() = Some(self.inner.crash_image(self.seed));
-        }
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn gate(&self) -> io::Result<()> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        if n == self.crash_at {
-            *self.image.lock() = Some(self.inner.crash_image(self.seed));
-        }
-        if n >= self.crash_at {
-            return Err(io::Error::other("power cut"));
-        }
-        Ok(())
-    }
-
-    /// The crash image: taken at the crash point, or now if the workload ended first.
-    fn image(&self) -> Vec<u8> {
-        self.image
-            .lock()
-            .clone()
-            .unwrap_or_else(|| self.inner.crash_image(self.seed))
-    }
-}
-
-impl BlockDevice for CrashAt {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.set_len(len)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.gate()?;
-        self.inner.sync()
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.punch_hole(offset, len)
-    }
-    fn capacity(&self) -> io::Result<Option<u64>> {
-        self.inner.capacity()
-    }
-}
+mod crash_at;
+use crash_at::CrashAt;
 
 type Rng = fern_testkit::SplitMix64;
 
