@@ -15,7 +15,7 @@
 //!   extents written into the freed space, every old extent still verifies (X3, X5);
 //! - the state survives another reopen.
 //!
-//! `FERN_EXTENT_SEEDS=n` (default 400), `FERN_EXTENT_SEED_BASE=b`, `FERN_EXTENT_SEED=s`.
+//! `FERN_EXTENT_SEEDS=n` (default 1000), `FERN_EXTENT_SEED_BASE=b`, `FERN_EXTENT_SEED=s`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -388,7 +388,7 @@ fn seeds() -> Vec<u64> {
             .and_then(|s| s.parse().ok())
             .unwrap_or(default)
     };
-    let (n, base) = (var("FERN_EXTENT_SEEDS", 400), var("FERN_EXTENT_SEED_BASE", 0));
+    let (n, base) = (var("FERN_EXTENT_SEEDS", 1000), var("FERN_EXTENT_SEED_BASE", 0));
     (base..base + n).collect()
 }
 
