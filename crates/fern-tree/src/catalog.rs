@@ -120,7 +120,9 @@ pub(crate) fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
     if v >= 4 {
         let n = r.u64()?;
         if n > (r.remaining() / 24) as u64 {
-            return Err(r.err(format!("extent table of {n} entries is longer than the catalog")));
+            return Err(r.err(format!(
+                "extent table of {n} entries is longer than the catalog"
+            )));
         }
         let mut last = None;
         for _ in 0..n {

@@ -166,8 +166,8 @@ impl Env {
             let st = i.state.write();
             let lsn = i.wal.end();
             i.extent_bytes.store(0, Ordering::Relaxed); // X10: counted from this snapshot
-            // The checkpoint's syncs must cover the log records before it (W5: recovery from
-            // the older checkpoint replays them).
+                                                        // The checkpoint's syncs must cover the log records before it (W5: recovery from
+                                                        // the older checkpoint replays them).
             self.poison(i.wal.flush())?;
             let meta = encode_meta(&st, &i.shape);
             let snapshot = i.cache.dirty();

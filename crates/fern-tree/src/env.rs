@@ -367,10 +367,9 @@ impl Env {
         *env.inner.recovery.lock() = report;
         let replayed = env
             .replay(&region, prepared.records.clone(), &|o| prepared.owns(o))
-            .map(|n| {
+            .inspect(|_| {
                 let st = env.inner.state.read();
                 crate::extent::release_reserved(&st, &mut env.inner.bf.lock(), &prepared.reserved);
-                n
             });
         if let Ok(n) = &replayed {
             env.inner.recovery.lock().records_replayed = *n;
@@ -517,9 +516,7 @@ impl Env {
         }
         let r = self
             .apply_locked(st, ops.iter().map(|(t, op)| (*t as usize, op)))
-            .and_then(|()| {
-                crate::extent::apply(st, &mut self.inner.bf.lock(), extents, owned)
-            });
+            .and_then(|()| crate::extent::apply(st, &mut self.inner.bf.lock(), extents, owned));
         self.poison(r)?;
         Ok(())
     }

@@ -167,7 +167,11 @@ pub(crate) fn check_frees(table: &ExtentTable, frees: &[ExtentRef]) -> Result<()
             return Err(Error::InvalidArgument(format!(
                 "freeing the {}: {}",
                 r.name(),
-                if live { "named twice" } else { "it is not live" }
+                if live {
+                    "named twice"
+                } else {
+                    "it is not live"
+                }
             )));
         }
     }
@@ -458,7 +462,10 @@ pub(crate) fn prepare_recovery(
         if !bf.space_is_free(o, l) {
             return Err(Error::corrupt(
                 "log",
-                format!("a replayed data extent in [{o}, {}) overlaps space a checkpoint uses", o + l),
+                format!(
+                    "a replayed data extent in [{o}, {}) overlaps space a checkpoint uses",
+                    o + l
+                ),
             ));
         }
     }
@@ -481,7 +488,12 @@ pub(crate) fn release_reserved(st: &State, bf: &mut BlockFile, reserved: &[(u64,
             if off > at {
                 bf.unalloc_space(at, off - at);
             }
-            at = off + BlockLoc { offset: off, len: e.len }.extent_len();
+            at = off
+                + BlockLoc {
+                    offset: off,
+                    len: e.len,
+                }
+                .extent_len();
         }
         if end > at {
             bf.unalloc_space(at, end - at);

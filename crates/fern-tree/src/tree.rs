@@ -6,11 +6,11 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::extent::{ExtentRef, EXTENT_REF_LEN};
 use crate::betree;
 use crate::cursor::Cursor;
 use crate::env::Env;
 use crate::error::Result;
+use crate::extent::{ExtentRef, EXTENT_REF_LEN};
 use crate::ids::UpsertId;
 use crate::msg::Op;
 

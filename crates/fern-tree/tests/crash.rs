@@ -16,12 +16,10 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fern_tree::device::{CrashDevice, MemDevice};
 use fern_tree::{Durability, Env, Options, UpsertId, WriteBatch};
-use parking_lot::Mutex;
 
 mod crash_at;
 use crash_at::CrashAt;
@@ -307,48 +305,11 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     })
 }
 
-/// Reads the seeds to run from the environment.
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERN_CRASH_SEED") {
-        return vec![s.parse().expect("FERN_CRASH_SEED is a number")];
-    }
-    let n: u64 = std::env::var("FERN_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    let base: u64 = std::env::var("FERN_CRASH_SEED_BASE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (base..base + n).collect()
-}
-
 #[test]
 fn crash_seeds() {
-    let seeds = seeds();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-    let next = AtomicU64::new(0);
-    let failures = Mutex::new(Vec::new());
-    let (mid, durable, recovered) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&seed) = seeds.get(i) else { return };
-                let r = std::panic::catch_unwind(|| run_seed(seed))
-                    .unwrap_or_else(|_| Err("panicked".into()));
-                match r {
-                    Ok(o) => {
-                        mid.fetch_add(o.crashed_mid_run as u64, Ordering::Relaxed);
-                        durable.fetch_add(o.durable as u64, Ordering::Relaxed);
-                        recovered.fetch_add(o.recovered as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => failures.lock().push((seed, e)),
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner();
+    let seeds = crash_at::seeds("FERN_CRASH", 1000);
+    let (passed, failures) = crash_at::run_seeds(&seeds, run_seed);
+    let sum = |f: fn(&Outcome) -> usize| passed.iter().map(f).sum::<usize>();
     for (seed, e) in &failures {
         eprintln!(
             "crash seed {seed} failed: {e}\n  reproduce: FERN_CRASH_SEED={seed} cargo test -p \
@@ -364,8 +325,8 @@ fn crash_seeds() {
     eprintln!(
         "{} crash seeds passed: {} crashed mid-run; {} batches acknowledged durable, {} recovered",
         seeds.len(),
-        mid.into_inner(),
-        durable.into_inner(),
-        recovered.into_inner()
+        sum(|o| o.crashed_mid_run as usize),
+        sum(|o| o.durable),
+        sum(|o| o.recovered)
     );
 }

@@ -19,12 +19,10 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fern_tree::device::{CrashDevice, MemDevice};
-use fern_tree::{Durability, Env, ExtentRef, Options, Tree, WriteBatch, EXTENT_REF_LEN};
-use parking_lot::Mutex;
+use fern_tree::{Durability, Env, ExtentRef, Options, Tree, WriteBatch};
 
 mod crash_at;
 use crash_at::CrashAt;
@@ -91,9 +89,8 @@ fn contents(env: &Env, t: &Tree) -> Result<(Model, Vec<ExtentRef>), String> {
         match row_ref(&v)? {
             Some(r) => {
                 let mut buf = vec![0u8; r.len as usize];
-                env.read_extent(&r, &mut buf).map_err(|e| {
-                    format!("row {:?}: {e}", String::from_utf8_lossy(&k))
-                })?;
+                env.read_extent(&r, &mut buf)
+                    .map_err(|e| format!("row {:?}: {e}", String::from_utf8_lossy(&k)))?;
                 refs.push(r);
                 m.insert(k, (true, buf));
             }
@@ -114,8 +111,12 @@ fn check_extents(env: &Env, refs: &[ExtentRef]) -> Result<(), String> {
             "live extents {} differ from the {} the rows name (leaked: {:?}; missing: {:?})",
             live.len(),
             refs.len(),
-            live.iter().filter(|r| !refs.contains(r)).collect::<Vec<_>>(),
-            refs.iter().filter(|r| !live.contains(r)).collect::<Vec<_>>()
+            live.iter()
+                .filter(|r| !refs.contains(r))
+                .collect::<Vec<_>>(),
+            refs.iter()
+                .filter(|r| !live.contains(r))
+                .collect::<Vec<_>>()
         ));
     }
     for w in live.windows(2) {
@@ -127,7 +128,13 @@ fn check_extents(env: &Env, refs: &[ExtentRef]) -> Result<(), String> {
 }
 
 /// Adds the ops that put `value` (extent or inline) at `k` and free what the row held.
-fn put(batch: &mut WriteBatch, t: &Tree, k: &[u8], ext: bool, value: Vec<u8>) -> Result<(), String> {
+fn put(
+    batch: &mut WriteBatch,
+    t: &Tree,
+    k: &[u8],
+    ext: bool,
+    value: Vec<u8>,
+) -> Result<(), String> {
     if let Some(old) = t.get(k).map_err(|e| e.to_string())? {
         if let Some(r) = row_ref(&old)? {
             batch.free_extent(r);
@@ -378,46 +385,11 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     })
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERN_EXTENT_SEED") {
-        return vec![s.parse().expect("FERN_EXTENT_SEED is a number")];
-    }
-    let var = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let (n, base) = (var("FERN_EXTENT_SEEDS", 1000), var("FERN_EXTENT_SEED_BASE", 0));
-    (base..base + n).collect()
-}
-
 #[test]
 fn extent_crash_seeds() {
-    let seeds = seeds();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-    let next = AtomicU64::new(0);
-    let failures = Mutex::new(Vec::new());
-    let (mid, torn, checked) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&seed) = seeds.get(i) else { return };
-                let r = std::panic::catch_unwind(|| run_seed(seed))
-                    .unwrap_or_else(|_| Err("panicked".into()));
-                match r {
-                    Ok(o) => {
-                        mid.fetch_add(o.crashed_mid_run as u64, Ordering::Relaxed);
-                        torn.fetch_add(o.torn_cut as u64, Ordering::Relaxed);
-                        checked.fetch_add(o.extents_checked as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => failures.lock().push((seed, e)),
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner();
+    let seeds = crash_at::seeds("FERN_EXTENT", 1000);
+    let (passed, failures) = crash_at::run_seeds(&seeds, run_seed);
+    let sum = |f: fn(&Outcome) -> usize| passed.iter().map(f).sum::<usize>();
     for (seed, e) in &failures {
         eprintln!(
             "extent crash seed {seed} failed: {e}\n  reproduce: FERN_EXTENT_SEED={seed} cargo \
@@ -434,9 +406,8 @@ fn extent_crash_seeds() {
         "{} extent crash seeds passed: {} crashed mid-run, {} recoveries cut a torn extent's \
          record (X7), {} live extents verified at the end",
         seeds.len(),
-        mid.into_inner(),
-        torn.into_inner(),
-        checked.into_inner()
+        sum(|o| o.crashed_mid_run as usize),
+        sum(|o| o.torn_cut as usize),
+        sum(|o| o.extents_checked)
     );
-    let _ = EXTENT_REF_LEN;
 }

@@ -22,15 +22,8 @@ fn opts() -> Options {
 
 /// Incompressible bytes (compression would hide what the device receives).
 fn pattern(n: usize, salt: u8) -> Vec<u8> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ salt as u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut r = fern_testkit::SplitMix64::from_state(salt as u64);
+    (0..n).map(|_| r.next_u64() as u8).collect()
 }
 
 /// The reference a row holds (the tests store it with no prefix).
@@ -145,7 +138,10 @@ fn freed_space_waits_for_checkpoints() {
     batch.free_extent(a);
     env.write(batch).unwrap();
     let b = put(&env, &t, b"b", pattern(64 << 10, 2));
-    assert_ne!(a.offset, b.offset, "freed space reused before the free was checkpointed");
+    assert_ne!(
+        a.offset, b.offset,
+        "freed space reused before the free was checkpointed"
+    );
     let pending = env.stats().file.pending_free_bytes;
     assert!(pending >= 64 << 10, "the freed extent waits: {pending}");
     env.checkpoint().unwrap();
@@ -223,5 +219,8 @@ fn extents_are_written_once() {
     let (ext, rows) = (amplification(true), amplification(false));
     eprintln!("device bytes per data byte: extents {ext:.3}, 4 KiB rows {rows:.3}");
     assert!(ext <= 1.1, "extents wrote {ext:.3}x the data");
-    assert!(rows >= 1.5, "rows are logged and then written to nodes: {rows:.3}x");
+    assert!(
+        rows >= 1.5,
+        "rows are logged and then written to nodes: {rows:.3}x"
+    );
 }

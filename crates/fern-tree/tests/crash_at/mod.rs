@@ -85,3 +85,52 @@ impl BlockDevice for CrashAt {
         self.inner.capacity()
     }
 }
+
+/// The seeds a run asks for: `{prefix}_SEED=s` alone, else `{prefix}_SEEDS=n` (default
+/// `default`) seeds from `{prefix}_SEED_BASE=b` (default 0).
+pub fn seeds(prefix: &str, default: u64) -> Vec<u64> {
+    if let Ok(s) = std::env::var(format!("{prefix}_SEED")) {
+        return vec![s.parse().expect("the seed is a number")];
+    }
+    let var = |name: &str, default: u64| {
+        std::env::var(format!("{prefix}_{name}"))
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n, base) = (var("SEEDS", default), var("SEED_BASE", 0));
+    (base..base + n).collect()
+}
+
+/// Runs `run` for every seed on up to four threads (a panic is a failure); returns the
+/// outcomes of the seeds that passed and `(seed, why)` for the others, by seed.
+pub fn run_seeds<O: Send>(
+    seeds: &[u64],
+    run: impl Fn(u64) -> Result<O, String> + Sync,
+) -> (Vec<O>, Vec<(u64, String)>) {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let next = AtomicU64::new(0);
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(&seed) = seeds.get(i) else { return };
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed)))
+                    .unwrap_or_else(|_| Err("panicked".into()));
+                results.lock().push((seed, r));
+            });
+        }
+    });
+    let mut results = results.into_inner();
+    results.sort_by_key(|(s, _)| *s);
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    for (seed, r) in results {
+        match r {
+            Ok(o) => ok.push(o),
+            Err(e) => failed.push((seed, e)),
+        }
+    }
+    (ok, failed)
+}
