@@ -41,7 +41,7 @@ fn value(t: u64, i: u64) -> Vec<u8> {
 /// The tree-b row of commit `t`/`i`: even commits hold a data extent (tag `E`, 1 B to 70 KiB),
 /// odd ones the commit number inline (tag `S`).
 fn b_data(t: u64, i: u64) -> (bool, Vec<u8>) {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         let len = 1 + ((t * 7919 + i * 104_729) % (70 << 10)) as usize;
         (true, (0..len).map(|j| (j as u64 ^ t ^ i) as u8).collect())
     } else {
