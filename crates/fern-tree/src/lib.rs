@@ -4,7 +4,8 @@
 //! compression and checksums), `blockfile` (headers, block translation table, copy-on-write
 //! block writes, checkpoints), [`wal`] (the write-ahead log inside the image: record framing,
 //! group commit, the recovery scan), then the tree itself; `env` ties them together (logged
-//! write batches, durability, recovery, non-stalling checkpoints).
+//! write batches, durability, recovery, non-stalling checkpoints); [`extent`] stores large
+//! values once, outside the tree, as data extents the log names by place and checksum.
 //! The on-disk format and the numbered invariants are specified in `docs/design.md`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
