@@ -61,7 +61,8 @@ pub struct BlockLoc {
 impl BlockLoc {
     const NONE: BlockLoc = BlockLoc { offset: 0, len: 0 };
 
-    fn extent_len(self) -> u64 {
+    /// Bytes the extent occupies: `len` rounded up to whole [`ALIGN`] units, at least one.
+    pub fn extent_len(self) -> u64 {
         (self.len as u64).max(1).div_ceil(ALIGN) * ALIGN
     }
 }
@@ -126,6 +127,8 @@ struct InProgress {
     written: Vec<(usize, BlockLoc)>,
     /// Ids freed since it began: the checkpoint still references them (B7).
     freed_ids: Vec<u64>,
+    /// Data extents freed since it began: their space waits for the checkpoint after (X5).
+    deferred: Vec<(usize, BlockLoc)>,
 }
 
 /// The decoded fields of a header slot.
@@ -202,6 +205,9 @@ pub struct BlockFile {
     pending_free: Vec<(usize, BlockLoc)>,
     /// Ids freed since the last checkpoint (B7) and ids free for reuse now.
     pending_ids: Vec<u64>,
+    /// Data extents freed since the last checkpoint began (X5): they join `pending_free` when
+    /// the next checkpoint commits, so their space is reused only once the free is durable.
+    deferred: Vec<(usize, BlockLoc)>,
     /// The checkpoint being written while writers continue (B10), if any.
     in_progress: Option<InProgress>,
     free_ids: BTreeSet<u64>,
@@ -445,6 +451,7 @@ impl BlockFile {
             newest: empty,
             pending_free: Vec::new(),
             pending_ids: Vec::new(),
+            deferred: Vec::new(),
             in_progress: None,
             free_ids: BTreeSet::new(),
             lsn: Lsn(0),
@@ -591,6 +598,7 @@ impl BlockFile {
             previous,
             pending_free,
             pending_ids: Vec::new(),
+            deferred: Vec::new(),
             in_progress: None,
             free_ids,
             lsn: top.lsn,
@@ -752,6 +760,85 @@ impl BlockFile {
         }
     }
 
+    /// Space for a data extent of `len` bytes (X1): allocated, in no table yet (so no
+    /// checkpoint can reference it), to be written by the caller through
+    /// [`device`](Self::device) and then [`bind_extent`](Self::bind_extent)ed, or given back
+    /// with [`unalloc_space`](Self::unalloc_space).
+    pub fn alloc_space(&mut self, len: u32) -> Result<BlockLoc> {
+        if let Some(p) = &self.poisoned {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        let loc = BlockLoc {
+            offset: self.alloc_extent(len, || "writing a data extent".into())?,
+            len,
+        };
+        self.file_len = self.file_len.max(loc.offset + len as u64);
+        Ok(loc)
+    }
+
+    /// Gives back space from [`alloc_space`](Self::alloc_space) that was never bound, or
+    /// space recovery reserved that no live extent holds (X6).
+    pub fn unalloc_space(&mut self, offset: u64, len: u64) {
+        if len > 0 {
+            self.alloc.free(offset, len.div_ceil(ALIGN) * ALIGN);
+        }
+    }
+
+    /// Whether `[offset, offset + len)` (rounded up to whole units) is free in the allocator:
+    /// recovery checks that a replayed extent names no space a checkpoint uses (X6).
+    pub fn space_is_free(&self, offset: u64, len: u64) -> bool {
+        let len = len.max(1).div_ceil(ALIGN) * ALIGN;
+        if offset < DATA_START || !offset.is_multiple_of(ALIGN) || offset >= 1 << 62 {
+            return false;
+        }
+        if offset >= self.alloc.end() {
+            return true;
+        }
+        self.alloc
+            .hole_containing(offset)
+            .is_some_and(|(h, hl)| h + hl >= offset + len)
+    }
+
+    /// Marks free space used (recovery reserves replayed extents' space, X6); the caller
+    /// checked [`space_is_free`](Self::space_is_free).
+    pub fn reserve_space(&mut self, offset: u64, len: u64) {
+        self.alloc.mark_used(offset, len);
+        self.file_len = self.file_len.max(offset + len);
+    }
+
+    /// Enters a written data extent at `loc` into the current BTT under a fresh id (X4).
+    pub fn bind_extent(&mut self, loc: BlockLoc) -> NodeId {
+        let id = self.alloc_node_id();
+        self.cur[id.0 as usize] = Slot::At(loc);
+        id
+    }
+
+    /// Removes data extent `id` from the current BTT (X5). With `defer`, its space returns
+    /// after the next checkpoint that begins from now on commits (and no durable checkpoint
+    /// references it); without, the caller owns the space (recovery's reserved ranges, X6).
+    pub fn unbind_extent(&mut self, id: NodeId, defer: bool) {
+        let i = id.0 as usize;
+        let Some(Slot::At(loc)) = self.cur.get(i).copied() else {
+            debug_assert!(false, "unbind of extent {id}, which is not bound");
+            return;
+        };
+        self.cur[i] = Slot::Free;
+        match &mut self.in_progress {
+            Some(ip) => {
+                ip.freed_ids.push(id.0);
+                if defer {
+                    ip.deferred.push((i, loc));
+                }
+            }
+            None => {
+                self.pending_ids.push(id.0);
+                if defer {
+                    self.deferred.push((i, loc));
+                }
+            }
+        }
+    }
+
     /// Starts a checkpoint that is written while writers continue (B10): its BTT begins as a copy
     /// of the current one. Until [`commit_checkpoint`](Self::commit_checkpoint), extents it
     /// references are protected like a durable checkpoint's (B4).
@@ -768,6 +855,7 @@ impl BlockFile {
             btt: self.cur.clone(),
             written: Vec::new(),
             freed_ids: Vec::new(),
+            deferred: Vec::new(),
         });
         Ok(())
     }
@@ -810,6 +898,8 @@ impl BlockFile {
         let r = self.commit_table(ip.btt, lsn, meta);
         // Ids freed while it was written are still in its table: reusable after the next (B7).
         self.pending_ids.extend(ip.freed_ids);
+        // Extents freed while it was written: its snapshot predates the free (X5).
+        self.deferred.extend(ip.deferred);
         if r.is_err() {
             // Poisoned: nothing durable references them; keep the allocator accounting whole.
             self.pending_free.extend(ip.written);
@@ -935,6 +1025,8 @@ impl BlockFile {
                 }
             }
         }
+        // Extents freed before this checkpoint began: the free is in it and durable (X5).
+        self.pending_free.append(&mut self.deferred);
         let (newest, previous) = (&self.newest, &self.previous);
         self.pending_free.retain(|&(id, loc)| {
             let keep = newest.has(id, loc) || previous.as_ref().is_some_and(|p| p.has(id, loc));
@@ -957,7 +1049,13 @@ impl BlockFile {
             allocated_bytes: self.alloc.allocated_bytes(),
             free_bytes: self.alloc.free_bytes(),
             live_nodes: self.cur.iter().filter(|s| **s != Slot::Free).count() as u64,
-            pending_free_bytes: self.pending_free.iter().map(|(_, l)| l.extent_len()).sum(),
+            pending_free_bytes: self
+                .pending_free
+                .iter()
+                .chain(&self.deferred)
+                .chain(self.in_progress.iter().flat_map(|ip| &ip.deferred))
+                .map(|(_, l)| l.extent_len())
+                .sum(),
             referenced_bytes: self.live_blocks().map(|(_, l)| l.extent_len()).sum(),
             bytes_written: self.bytes_written,
             syncs: self.syncs,

@@ -1,5 +1,6 @@
 //! The catalog: what an environment remembers besides its nodes (tree names and roots, the next
-//! MSN, the tree shape and compression, the log region and epoch, the fixed size), stored as the
+//! MSN, the tree shape and compression, the log region and epoch, the fixed size, the data
+//! extent table), stored as the
 //! block file's meta blob in every checkpoint. Owns its byte layout and versions
 //! (format.md, "Catalog (meta blob)"); never reads or writes the device itself.
 
@@ -8,6 +9,7 @@ use std::collections::HashMap;
 use crate::betree::Shape;
 use crate::codec::Compression;
 use crate::error::{Error, Result};
+use crate::extent::{ExtentEntry, ExtentTable};
 use crate::ids::NodeId;
 use crate::varint::{put_varint, Reader};
 
@@ -27,12 +29,15 @@ pub(crate) struct State {
     pub(crate) epoch: u32,
     /// The image's fixed size from its catalog (0: none; B11).
     pub(crate) capacity: u64,
+    /// The live data extents (X3; catalog version 4).
+    pub(crate) extents: ExtentTable,
 }
 
 const META_MAGIC: &[u8; 4] = b"FCAT";
-/// Catalog version written by this build: 3 = the log may hold sync marks (W10), and the
-/// catalog ends with the image's fixed size (0: the image grows; B11).
-const META_VERSION: u32 = 3;
+/// Catalog version written by this build: 4 = the log may hold records with data extents
+/// (tag 4) and the catalog ends with the extent table (X3). Version 3 added sync marks (W10)
+/// and the image's fixed size (0: the image grows; B11).
+const META_VERSION: u32 = 4;
 /// Oldest catalog version read: 2 (no size field, a log without sync marks).
 const META_VERSION_OLDEST: u32 = 2;
 /// Catalog value of `log_id` while an image is being created (no log yet).
@@ -61,6 +66,13 @@ pub(crate) fn encode_meta(state: &State, shape: &Shape) -> Vec<u8> {
     out.extend_from_slice(&state.log_id.0.to_le_bytes());
     out.extend_from_slice(&state.epoch.to_le_bytes());
     out.extend_from_slice(&state.capacity.to_le_bytes());
+    out.extend_from_slice(&(state.extents.len() as u64).to_le_bytes());
+    for (offset, e) in state.extents.iter() {
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&e.id.0.to_le_bytes());
+        out.extend_from_slice(&e.len.to_le_bytes());
+        out.extend_from_slice(&e.crc.to_le_bytes());
+    }
     out
 }
 
@@ -104,6 +116,29 @@ pub(crate) fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
     let log_id = NodeId(r.u64()?);
     let epoch = r.u32()?;
     let capacity = if v >= 3 { r.u64()? } else { 0 };
+    let mut extents = ExtentTable::default();
+    if v >= 4 {
+        let n = r.u64()?;
+        if n > (r.remaining() / 24) as u64 {
+            return Err(r.err(format!(
+                "extent table of {n} entries is longer than the catalog"
+            )));
+        }
+        let mut last = None;
+        for _ in 0..n {
+            let offset = r.u64()?;
+            let e = ExtentEntry {
+                id: NodeId(r.u64()?),
+                len: r.u32()?,
+                crc: r.u32()?,
+            };
+            if last.is_some_and(|l| l >= offset) {
+                return Err(r.err("extent table offsets do not ascend"));
+            }
+            last = Some(offset);
+            extents.insert(offset, e);
+        }
+    }
     if r.remaining() != 0 {
         return Err(r.err("trailing bytes"));
     }
@@ -122,6 +157,7 @@ pub(crate) fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
             log_id,
             epoch,
             capacity,
+            extents,
         },
     ))
 }

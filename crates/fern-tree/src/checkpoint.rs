@@ -20,6 +20,7 @@ impl Inner {
     pub(crate) fn checkpoint_locked(&self, st: &State) -> Result<()> {
         let ctx = self.ctx();
         let lsn = self.wal.end();
+        self.extent_bytes.store(0, Ordering::Relaxed); // X10: counted from this snapshot
         let result = (|| {
             // The checkpoint's syncs must cover the log records before it (W5: recovery from
             // the older checkpoint replays them).
@@ -166,8 +167,9 @@ impl Env {
         let (lsn, meta, snapshot) = {
             let st = i.state.write();
             let lsn = i.wal.end();
-            // The checkpoint's syncs must cover the log records before it (W5: recovery from
-            // the older checkpoint replays them).
+            i.extent_bytes.store(0, Ordering::Relaxed); // X10: counted from this snapshot
+                                                        // The checkpoint's syncs must cover the log records before it (W5: recovery from
+                                                        // the older checkpoint replays them).
             self.poison(i.wal.flush())?;
             let meta = encode_meta(&st, &i.shape);
             let snapshot = i.cache.dirty();

@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     pub(crate) freed_hint: std::sync::atomic::AtomicU64,
     /// Set when enough was deleted that the checkpoint thread should push the deletes down.
     pub(crate) reclaim_wanted: AtomicBool,
+    /// Data extent bytes bound since the last checkpoint snapshot (X10).
+    pub(crate) extent_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// Data bytes deleted (as releasing batches report them) after which the deletes are pushed
@@ -228,6 +230,7 @@ impl Env {
             log_id: NodeId(NO_LOG),
             epoch: 1,
             capacity: opts.capacity.unwrap_or(0),
+            extents: Default::default(),
         };
         let limit = effective_limit(state.capacity, &*dev)?;
         if let Some(l) = limit {
@@ -335,6 +338,15 @@ impl Env {
             state.epoch,
             opts.cut_damaged_log,
         )?;
+        crate::extent::check_table(&state.extents, &opened.file)?;
+        let prepared = crate::extent::prepare_recovery(
+            &region,
+            &mut opened.file,
+            &state,
+            scanned.records,
+            scanned.synced.max(opened.checkpoint_lsn),
+        )?;
+        let log_end = prepared.cut.unwrap_or(scanned.end);
         if !opts.read_only {
             state.epoch = state
                 .epoch
@@ -342,16 +354,22 @@ impl Env {
                 .ok_or_else(|| Error::corrupt("catalog", "log epoch overflow"))?;
         }
         let oldest = opened.file.oldest_checkpoint_lsn();
-        let wal = Wal::new(region.clone(), scanned.end, state.epoch, oldest);
+        let wal = Wal::new(region.clone(), log_end, state.epoch, oldest);
         let report = RecoveryReport {
             header_notes: opened.header_notes,
             records_replayed: 0,
             log_cut: scanned.cut,
+            torn_extent_cut: prepared.cut,
         };
         let read_only = opts.read_only;
         let env = Env::assemble((dev, counters), opened.file, shape, state, wal, opts);
         *env.inner.recovery.lock() = report;
-        let replayed = env.replay(&region, scanned.records);
+        let replayed = env
+            .replay(&region, prepared.records.clone(), &|o| prepared.owns(o))
+            .inspect(|_| {
+                let st = env.inner.state.read();
+                crate::extent::release_reserved(&st, &mut env.inner.bf.lock(), &prepared.reserved);
+            });
         if let Ok(n) = &replayed {
             env.inner.recovery.lock().records_replayed = *n;
         }
@@ -377,6 +395,7 @@ impl Env {
             limit,
             freed_hint: Default::default(),
             reclaim_wanted: AtomicBool::new(false),
+            extent_bytes: Default::default(),
             state: RwLock::new(state),
             cache: Cache::new(opts.cache_bytes, read_only),
             bf: Mutex::new(bf),
@@ -415,7 +434,12 @@ impl Env {
 
     /// Re-applies recovered log records the checkpoint does not hold (W7); returns how many
     /// records (not counting sync marks) the log held.
-    pub(crate) fn replay(&self, region: &Region, records: Vec<Lsn>) -> Result<u64> {
+    pub(crate) fn replay(
+        &self,
+        region: &Region,
+        records: Vec<Lsn>,
+        owned: &dyn Fn(u64) -> bool,
+    ) -> Result<u64> {
         let mut st = self.inner.state.write();
         let mut n = 0u64;
         for lsn in records {
@@ -451,28 +475,50 @@ impl Env {
                     }
                 }
                 LogRecord::Batch { first_msn, ops } => {
-                    let n = ops.len() as u64;
-                    if first_msn.0 + n <= st.next_msn {
-                        continue; // the checkpoint holds it already
-                    }
-                    if first_msn.0 != st.next_msn {
-                        return Err(Error::corrupt(
-                            what(),
-                            format!("batch starts at MSN {first_msn}, expected {}", st.next_msn),
-                        ));
-                    }
-                    for (t, op) in &ops {
-                        if *t as usize >= st.trees.len() {
-                            return Err(Error::corrupt(what(), format!("names tree {t}")));
-                        }
-                        op.validate(&self.inner.upserts)?;
-                    }
-                    let r = self.apply_locked(&mut st, ops.iter().map(|(t, op)| (*t as usize, op)));
-                    self.poison(r)?;
+                    self.replay_batch(&mut st, first_msn, ops, &[], owned, &what)?
                 }
+                LogRecord::ExtentBatch {
+                    first_msn,
+                    ops,
+                    extents,
+                } => self.replay_batch(&mut st, first_msn, ops, &extents, owned, &what)?,
             }
         }
         Ok(n)
+    }
+
+    /// Replays one batch record unless the checkpoint holds it (W7); its extent ops follow
+    /// its ops (X4). `owned` is recovery's reserved space (X6).
+    fn replay_batch(
+        &self,
+        st: &mut State,
+        first_msn: Msn,
+        ops: Vec<(u32, Op)>,
+        extents: &[wal::ExtentOp],
+        owned: &dyn Fn(u64) -> bool,
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        let n = ops.len() as u64;
+        if first_msn.0 + n <= st.next_msn {
+            return Ok(()); // the checkpoint holds it already
+        }
+        if first_msn.0 != st.next_msn {
+            return Err(Error::corrupt(
+                what(),
+                format!("batch starts at MSN {first_msn}, expected {}", st.next_msn),
+            ));
+        }
+        for (t, op) in &ops {
+            if *t as usize >= st.trees.len() {
+                return Err(Error::corrupt(what(), format!("names tree {t}")));
+            }
+            op.validate(&self.inner.upserts)?;
+        }
+        let r = self
+            .apply_locked(st, ops.iter().map(|(t, op)| (*t as usize, op)))
+            .and_then(|()| crate::extent::apply(st, &mut self.inner.bf.lock(), extents, owned));
+        self.poison(r)?;
+        Ok(())
     }
 
     pub(crate) fn ctx(&self) -> Ctx<'_> {
@@ -600,6 +646,7 @@ impl Env {
         let w = &self.inner.wal;
         let newest = self.inner.bf.lock().checkpoint_lsn();
         w.end().0.saturating_sub(newest.0) > w.capacity() / 4
+            || self.inner.extent_bytes.load(Ordering::Relaxed) > w.capacity() / 4
     }
 
     /// Opens the tree named `name`, creating it if it does not exist.
@@ -679,7 +726,13 @@ impl Env {
         freed: u64,
     ) -> Result<()> {
         if batch.ops.is_empty() {
-            return Ok(());
+            if batch.frees.is_empty() {
+                return Ok(());
+            }
+            // A free-only record would replay by MSN like an empty batch (W7): refuse it.
+            return Err(Error::InvalidArgument(
+                "a batch that frees data extents must also change a row (X9)".into(),
+            ));
         }
         for (t, op) in &batch.ops {
             if !Arc::ptr_eq(&t.env.inner, &self.inner) {
@@ -687,15 +740,39 @@ impl Env {
             }
             op.validate(&self.inner.upserts)?;
         }
+        crate::extent::check_lengths(&batch.extents)?;
         self.check_writable()?;
+        let extent_bytes: u64 = batch.extents.iter().map(|(_, d)| d.len() as u64).sum();
+        // The payload's length is final before the extents are written (their references
+        // are placeholders of the same size), so admission refuses before any data is written.
+        let payload_len = wal::encode_batch(batch.ops.iter().map(|(t, op)| (t.idx as u32, op)))
+            .len()
+            + crate::extent::ops_len(batch.extents.len(), batch.frees.len());
+        self.admit(admission, payload_len as u64 + extent_bytes)?;
+        let mut batch = batch;
+        let written = self.write_extents(&batch.extents)?;
+        let ext_ops = crate::extent::fill_refs(&mut batch, &written.refs);
         let mut payload = wal::encode_batch(batch.ops.iter().map(|(t, op)| (t.idx as u32, op)));
-        self.admit(admission, payload.len() as u64)?;
+        if !ext_ops.is_empty() {
+            wal::add_extent_ops(&mut payload, &ext_ops);
+        }
         let mut st = self.lock_with_log_room(payload.len())?;
+        crate::extent::check_frees(&st.extents, &batch.frees)?;
         wal::set_first_msn(&mut payload, Msn(st.next_msn));
         let end = self.append_locked(&payload)?;
-        let r = self.apply_locked(&mut st, batch.ops.iter().map(|(t, op)| (t.idx, op)));
+        written.disarm();
+        let r = self
+            .apply_locked(&mut st, batch.ops.iter().map(|(t, op)| (t.idx, op)))
+            .and_then(|()| {
+                crate::extent::apply(&mut st, &mut self.inner.bf.lock(), &ext_ops, &|_| false)
+            });
         self.poison(r)?;
         drop(st);
+        if extent_bytes > 0 {
+            self.inner
+                .extent_bytes
+                .fetch_add(extent_bytes, Ordering::Relaxed);
+        }
         if admission == Admission::Frees {
             self.note_freed(freed)?;
         }

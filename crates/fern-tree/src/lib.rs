@@ -4,7 +4,8 @@
 //! compression and checksums), `blockfile` (headers, block translation table, copy-on-write
 //! block writes, checkpoints), [`wal`] (the write-ahead log inside the image: record framing,
 //! group commit, the recovery scan), then the tree itself; `env` ties them together (logged
-//! write batches, durability, recovery, non-stalling checkpoints).
+//! write batches, durability, recovery, non-stalling checkpoints); [`extent`] stores large
+//! values once, outside the tree, as data extents the log names by place and checksum.
 //! The on-disk format and the numbered invariants are specified in `docs/design.md`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -23,6 +24,7 @@ mod cursor;
 pub mod device;
 mod env;
 mod error;
+pub mod extent;
 #[doc(hidden)]
 pub mod fuzz;
 mod ids;
@@ -42,6 +44,7 @@ pub use codec::Compression;
 pub use cursor::Cursor;
 pub use env::Env;
 pub use error::{Error, Result};
+pub use extent::{ExtentRef, EXTENT_REF_LEN, MAX_EXTENT_LEN};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
 pub use options::{Durability, Options, RecoveryReport};

@@ -134,4 +134,7 @@ pub struct RecoveryReport {
     pub records_replayed: u64,
     /// The damaged log record the log was cut at, with [`Options::cut_damaged_log`] only.
     pub log_cut: Option<wal::LogCut>,
+    /// The record the log was cut at because the data extent it binds never became durable
+    /// (a torn tail after a power cut, X7), if any.
+    pub torn_extent_cut: Option<crate::ids::Lsn>,
 }

@@ -10,6 +10,7 @@ use crate::betree;
 use crate::cursor::Cursor;
 use crate::env::Env;
 use crate::error::Result;
+use crate::extent::{ExtentRef, EXTENT_REF_LEN};
 use crate::ids::UpsertId;
 use crate::msg::Op;
 
@@ -140,6 +141,10 @@ impl Tree {
 #[derive(Default, Debug)]
 pub struct WriteBatch {
     pub(crate) ops: Vec<(Tree, Op)>,
+    /// Data of the extents `insert_extent` added: (index of its insert in `ops`, bytes).
+    pub(crate) extents: Vec<(usize, Vec<u8>)>,
+    /// Extents this batch frees (X5).
+    pub(crate) frees: Vec<ExtentRef>,
 }
 
 impl WriteBatch {
@@ -155,7 +160,33 @@ impl WriteBatch {
 
     /// Whether the batch is empty.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.ops.is_empty() && self.frees.is_empty()
+    }
+
+    /// Adds a data extent (docs/format.md, "Data extents"): `data` (1 ..= 8 MiB) is written
+    /// once, to fresh space of the block file, before the batch's log record, which holds only
+    /// where it is; the row `key` of `t` gets the value `prefix` followed by the 16-byte
+    /// [`ExtentRef`]. The caller owns the reference: it frees the extent (with
+    /// [`free_extent`](Self::free_extent)) in the batch that deletes or replaces the row (X9).
+    pub fn insert_extent(&mut self, t: &Tree, key: &[u8], prefix: &[u8], data: Vec<u8>) {
+        let mut value = Vec::with_capacity(prefix.len() + EXTENT_REF_LEN);
+        value.extend_from_slice(prefix);
+        value.extend_from_slice(&[0; EXTENT_REF_LEN]);
+        self.extents.push((self.ops.len(), data));
+        self.ops.push((
+            t.clone(),
+            Op::Insert {
+                key: key.to_vec(),
+                value,
+            },
+        ));
+    }
+
+    /// Frees a live data extent (X5): the batch fails with `InvalidArgument`, writing
+    /// nothing, if it is not live or named twice. A batch that frees must also change a row.
+    /// The space is reused only after a checkpoint that begins after this batch.
+    pub fn free_extent(&mut self, r: ExtentRef) {
+        self.frees.push(r);
     }
 
     /// Adds an insert.

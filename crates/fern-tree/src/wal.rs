@@ -56,6 +56,8 @@ const TAG_CREATE_TREE: u8 = 2;
 /// Payload tag of a sync mark (W10): the payload is the tag followed by zero padding; the
 /// frame's `synced` field is the point of the record.
 const TAG_SYNC_MARK: u8 = 3;
+/// Payload tag of a write batch with data extent ops (format.md, "Log record tag 4").
+const TAG_EXTENT_BATCH: u8 = 4;
 /// A sync mark's second frame starts on a multiple of this many LSNs (= bytes of the device:
 /// the region is 4096-aligned), so it never shares a sector with the records it proves.
 const MARK_SECTOR: u64 = 512;
@@ -81,6 +83,47 @@ pub enum LogRecord {
     /// A sync mark: a device sync had made the log durable below this frame's `synced` field
     /// (W10). Carries nothing to replay.
     SyncMark,
+    /// A write batch that also binds and frees data extents (tag 4): the ops as in `Batch`
+    /// (possibly none), then the extent ops, applied after them in order.
+    ExtentBatch {
+        /// MSN of the first op.
+        first_msn: Msn,
+        /// (tree index, op) in batch order.
+        ops: Vec<(u32, Op)>,
+        /// Binds and frees, in order (at least one).
+        extents: Vec<ExtentOp>,
+    },
+}
+
+/// A change to the data extents carried by a tag-4 record (X4, X5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExtentOp {
+    /// A written extent enters the table.
+    Bind(crate::extent::ExtentRef),
+    /// The live extent at this offset leaves the table.
+    Free(u64),
+}
+
+const EXTENT_BIND: u8 = 1;
+const EXTENT_FREE: u8 = 2;
+
+/// Appends the extent section of a tag-4 record to a payload built by [`encode_batch`] and
+/// retags it.
+pub(crate) fn add_extent_ops(payload: &mut Vec<u8>, extents: &[ExtentOp]) {
+    payload[0] = TAG_EXTENT_BATCH;
+    payload.extend_from_slice(&(extents.len() as u32).to_le_bytes());
+    for e in extents {
+        match e {
+            ExtentOp::Bind(r) => {
+                payload.push(EXTENT_BIND);
+                payload.extend_from_slice(&r.encode());
+            }
+            ExtentOp::Free(offset) => {
+                payload.push(EXTENT_FREE);
+                payload.extend_from_slice(&offset.to_le_bytes());
+            }
+        }
+    }
 }
 
 /// Encodes a batch record payload. Each op carries its MSN relative to the batch (0, 1, ...),
@@ -117,11 +160,12 @@ pub fn decode_record(b: &[u8], what: &str) -> Result<LogRecord> {
     let what_s = what.to_string();
     let what_f = || what_s.clone();
     let mut r = Reader::new(b, &what_f);
-    let rec = match r.u8()? {
-        TAG_BATCH => {
+    let tag = r.u8()?;
+    let rec = match tag {
+        TAG_BATCH | TAG_EXTENT_BATCH => {
             let first_msn = r.u64()?;
             let n = r.u32()? as usize;
-            if n == 0 {
+            if n == 0 && tag == TAG_BATCH {
                 return Err(r.err("empty batch"));
             }
             first_msn
@@ -137,9 +181,32 @@ pub fn decode_record(b: &[u8], what: &str) -> Result<LogRecord> {
                 }
                 ops.push((tree, op_of(&m)));
             }
-            LogRecord::Batch {
-                first_msn: Msn(first_msn),
-                ops,
+            if tag == TAG_BATCH {
+                LogRecord::Batch {
+                    first_msn: Msn(first_msn),
+                    ops,
+                }
+            } else {
+                let m = r.u32()? as usize;
+                if m == 0 {
+                    return Err(r.err("extent batch without extent ops"));
+                }
+                let mut extents = Vec::with_capacity(m.min(4096));
+                for _ in 0..m {
+                    extents.push(match r.u8()? {
+                        EXTENT_BIND => ExtentOp::Bind(
+                            crate::extent::ExtentRef::decode(r.bytes(16)?)
+                                .map_err(|why| r.err(why))?,
+                        ),
+                        EXTENT_FREE => ExtentOp::Free(r.u64()?),
+                        k => return Err(r.err(format!("unknown extent op {k}"))),
+                    });
+                }
+                LogRecord::ExtentBatch {
+                    first_msn: Msn(first_msn),
+                    ops,
+                    extents,
+                }
             }
         }
         TAG_CREATE_TREE => {
@@ -332,6 +399,9 @@ pub(crate) struct Scanned {
     pub records: Vec<Lsn>,
     /// LSN just past the last whole record: where appends continue.
     pub end: Lsn,
+    /// The highest `synced` field of an accepted frame: every record below it was covered by
+    /// a completed sync (X7).
+    pub synced: Lsn,
     /// The damage the log was cut at, when the caller allowed a cut (repair).
     pub cut: Option<LogCut>,
 }
@@ -438,6 +508,7 @@ pub(crate) fn scan(
     let mut pos = start.0;
     let mut epoch = min_epoch;
     let mut records = Vec::new();
+    let mut synced = start;
     let limit = start.0 + region.cap(); // a full lap: nothing beyond it can be newer
                                         // Why the record at `pos` was rejected, and where the frames after it start.
     let (why, resume, expected, actual) = loop {
@@ -445,6 +516,7 @@ pub(crate) fn scan(
             return Ok(Scanned {
                 records,
                 end: Lsn(pos),
+                synced,
                 cut: None,
             });
         }
@@ -456,6 +528,7 @@ pub(crate) fn scan(
                 // tail, so the open fails here, before anything is applied.
                 decode_record(&payload, &what)?;
                 records.push(Lsn(pos));
+                synced = synced.max(h.synced);
                 epoch = h.epoch;
                 pos += FRAME_HEADER_LEN as u64 + h.len as u64;
             }
@@ -484,6 +557,7 @@ pub(crate) fn scan(
         return Ok(Scanned {
             records,
             end: Lsn(pos),
+            synced,
             cut: None,
         });
     }
@@ -491,6 +565,7 @@ pub(crate) fn scan(
         return Ok(Scanned {
             records,
             end: Lsn(pos),
+            synced,
             cut: Some(LogCut {
                 at: Lsn(pos),
                 to: Lsn(later.end),

@@ -15,93 +15,14 @@
 //! reproduces it exactly.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fern_tree::device::{BlockDevice, CrashDevice, MemDevice};
+use fern_tree::device::{CrashDevice, MemDevice};
 use fern_tree::{Durability, Env, Options, UpsertId, WriteBatch};
-use parking_lot::Mutex;
 
-/// Passes calls to a [`CrashDevice`] until mutating call number `crash_at`; there it records the
-/// crash image and fails that call and every later one (the machine is gone).
-#[derive(Debug)]
-struct CrashAt {
-    inner: Arc<CrashDevice>,
-    crash_at: u64,
-    seed: u64,
-    calls: AtomicU64,
-    image: Mutex<Option<Vec<u8>>>,
-}
-
-impl CrashAt {
-    fn new(inner: Arc<CrashDevice>, crash_at: u64, seed: u64) -> Self {
-        CrashAt {
-            inner,
-            crash_at,
-            seed,
-            calls: AtomicU64::new(0),
-            image: Mutex::new(None),
-        }
-    }
-
-    /// Cuts the power now if it has not been cut yet (the end of a workload).
-    fn cut(&self) {
-        let n = self.calls.fetch_max(self.crash_at, Ordering::SeqCst);
-        if n < self.crash_at {
-            *self.image.lock() = Some(self.inner.crash_image(self.seed));
-        }
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn gate(&self) -> io::Result<()> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        if n == self.crash_at {
-            *self.image.lock() = Some(self.inner.crash_image(self.seed));
-        }
-        if n >= self.crash_at {
-            return Err(io::Error::other("power cut"));
-        }
-        Ok(())
-    }
-
-    /// The crash image: taken at the crash point, or now if the workload ended first.
-    fn image(&self) -> Vec<u8> {
-        self.image
-            .lock()
-            .clone()
-            .unwrap_or_else(|| self.inner.crash_image(self.seed))
-    }
-}
-
-impl BlockDevice for CrashAt {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.set_len(len)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.gate()?;
-        self.inner.sync()
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.punch_hole(offset, len)
-    }
-    fn capacity(&self) -> io::Result<Option<u64>> {
-        self.inner.capacity()
-    }
-}
+mod crash_at;
+use crash_at::CrashAt;
 
 type Rng = fern_testkit::SplitMix64;
 
@@ -384,48 +305,11 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     })
 }
 
-/// Reads the seeds to run from the environment.
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERN_CRASH_SEED") {
-        return vec![s.parse().expect("FERN_CRASH_SEED is a number")];
-    }
-    let n: u64 = std::env::var("FERN_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    let base: u64 = std::env::var("FERN_CRASH_SEED_BASE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (base..base + n).collect()
-}
-
 #[test]
 fn crash_seeds() {
-    let seeds = seeds();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-    let next = AtomicU64::new(0);
-    let failures = Mutex::new(Vec::new());
-    let (mid, durable, recovered) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&seed) = seeds.get(i) else { return };
-                let r = std::panic::catch_unwind(|| run_seed(seed))
-                    .unwrap_or_else(|_| Err("panicked".into()));
-                match r {
-                    Ok(o) => {
-                        mid.fetch_add(o.crashed_mid_run as u64, Ordering::Relaxed);
-                        durable.fetch_add(o.durable as u64, Ordering::Relaxed);
-                        recovered.fetch_add(o.recovered as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => failures.lock().push((seed, e)),
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner();
+    let seeds = crash_at::seeds("FERN_CRASH", 1000);
+    let (passed, failures) = crash_at::run_seeds(&seeds, run_seed);
+    let sum = |f: fn(&Outcome) -> usize| passed.iter().map(f).sum::<usize>();
     for (seed, e) in &failures {
         eprintln!(
             "crash seed {seed} failed: {e}\n  reproduce: FERN_CRASH_SEED={seed} cargo test -p \
@@ -441,8 +325,8 @@ fn crash_seeds() {
     eprintln!(
         "{} crash seeds passed: {} crashed mid-run; {} batches acknowledged durable, {} recovered",
         seeds.len(),
-        mid.into_inner(),
-        durable.into_inner(),
-        recovered.into_inner()
+        sum(|o| o.crashed_mid_run as usize),
+        sum(|o| o.durable),
+        sum(|o| o.recovered)
     );
 }

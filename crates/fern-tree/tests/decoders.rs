@@ -44,12 +44,24 @@ fn samples() -> &'static Samples {
             t.insert(format!("key{i:05}").as_bytes(), &[i as u8; 20])
                 .expect("insert");
         }
+        // A data extent in the checkpoint (catalog version 4 holds its table) ...
+        let mut b = WriteBatch::new();
+        b.insert_extent(&t, b"ext-a", &[], vec![5u8; 3000]);
+        env.write(b).expect("extent");
+        let a = fern_tree::ExtentRef::decode(&t.get(b"ext-a").expect("get").expect("row"))
+            .expect("reference");
         env.checkpoint().expect("checkpoint");
+        // ... and the first record after it binds and frees extents (tag 4).
         let mut b = WriteBatch::new();
         b.upsert(&t, b"key00001", UpsertId(1), b"up");
         b.delete(&t, b"key00002");
         b.delete_range(&t, b"key00010", b"key00020");
+        b.insert_extent(&t, b"ext-b", b"E", vec![6u8; 5000]);
+        b.delete(&t, b"ext-a");
+        b.free_extent(a);
         env.write(b).expect("write");
+        let mut extents = env.extents();
+        extents.push(a);
         env.sync().expect("sync");
         drop(t);
         let image = mem.snapshot();
@@ -75,6 +87,7 @@ fn samples() -> &'static Samples {
         let nodes = blocks
             .iter()
             .filter(|(_, l)| (l.len as u64) < 64 << 10)
+            .filter(|(_, l)| !extents.iter().any(|e| e.offset == l.offset))
             .map(|(id, l)| {
                 let mut b = id.0.to_le_bytes().to_vec();
                 b.extend(slice(l.offset, l.len as u64));
