@@ -20,12 +20,13 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fern_tree::device::{BlockDevice, CrashDevice, MemDevice};
+use fern_tree::device::{CrashDevice, Gate, GatedDevice, MemDevice};
 use fern_tree::{Durability, Env, Options, UpsertId, WriteBatch};
 use parking_lot::Mutex;
 
-/// Passes calls to a [`CrashDevice`] until mutating call number `crash_at`; there it records the
-/// crash image and fails that call and every later one (the machine is gone).
+/// The gate of a [`CrashDevice`] that passes calls until mutating call number `crash_at`;
+/// there it records the crash image and fails that call and every later one (the machine is
+/// gone).
 #[derive(Debug)]
 struct CrashAt {
     inner: Arc<CrashDevice>,
@@ -36,14 +37,16 @@ struct CrashAt {
 }
 
 impl CrashAt {
-    fn new(inner: Arc<CrashDevice>, crash_at: u64, seed: u64) -> Self {
-        CrashAt {
-            inner,
+    /// `inner` behind a power cut at mutating call `crash_at`.
+    fn device(inner: Arc<CrashDevice>, crash_at: u64, seed: u64) -> GatedDevice<CrashAt> {
+        let gate = CrashAt {
+            inner: inner.clone(),
             crash_at,
             seed,
             calls: AtomicU64::new(0),
             image: Mutex::new(None),
-        }
+        };
+        GatedDevice::new(inner, gate)
     }
 
     /// Cuts the power now if it has not been cut yet (the end of a workload).
@@ -55,17 +58,6 @@ impl CrashAt {
         self.calls.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn gate(&self) -> io::Result<()> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        if n == self.crash_at {
-            *self.image.lock() = Some(self.inner.crash_image(self.seed));
-        }
-        if n >= self.crash_at {
-            return Err(io::Error::other("power cut"));
-        }
-        Ok(())
-    }
-
     /// The crash image: taken at the crash point, or now if the workload ended first.
     fn image(&self) -> Vec<u8> {
         self.image
@@ -75,31 +67,16 @@ impl CrashAt {
     }
 }
 
-impl BlockDevice for CrashAt {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.set_len(len)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.gate()?;
-        self.inner.sync()
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.punch_hole(offset, len)
-    }
-    fn capacity(&self) -> io::Result<Option<u64>> {
-        self.inner.capacity()
+impl Gate for CrashAt {
+    fn mutating(&self) -> io::Result<()> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n == self.crash_at {
+            *self.image.lock() = Some(self.inner.crash_image(self.seed));
+        }
+        if n >= self.crash_at {
+            return Err(io::Error::other("power cut"));
+        }
+        Ok(())
     }
 }
 
@@ -234,7 +211,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     // Device calls of a run are up to a few hundred; crash anywhere in that range (or never).
     let crash_at = rng.below(20 + steps * 2);
     let base = Arc::new(CrashDevice::new());
-    let dev = Arc::new(CrashAt::new(base.clone(), crash_at, seed));
+    let dev = Arc::new(CrashAt::device(base.clone(), crash_at, seed));
     // states[k] = the model after k batches; `durable` = the last k acknowledged durable.
     let mut states: Vec<Model> = vec![Model::new()];
     let mut durable = 0usize;
@@ -328,22 +305,22 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
             }
         }
         crashed_mid_run = false;
-        dev.cut(); // the destructor's checkpoint below fails: the machine is gone
+        dev.gate().cut(); // the destructor's checkpoint below fails: the machine is gone
         drop(trees);
         drop(env);
     }
-    let mut image = dev.image();
+    let mut image = dev.gate().image();
     // Half the seeds cut the power again while recovering; recovery must be idempotent (W7).
     if rng.below(2) == 0 {
-        let second = Arc::new(CrashAt::new(
+        let second = Arc::new(CrashAt::device(
             Arc::new(CrashDevice::from_bytes(image.clone())),
             rng.below(12),
             seed ^ 0xABCD,
         ));
         let env = Env::open_on(second.clone(), opts.clone());
-        second.cut();
+        second.gate().cut();
         drop(env);
-        image = second.image();
+        image = second.gate().image();
     }
     let image_crc = crc32c::crc32c(&image);
     let mem = Arc::new(MemDevice::from_bytes(image));

@@ -30,54 +30,29 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fern_tree::blockfile::{BlockFile, BlockLoc};
-use fern_tree::device::{BlockDevice, CrashDevice, MemDevice};
+use fern_tree::device::{BlockDevice, CrashDevice, Gate, GatedDevice, MemDevice};
 use fern_tree::wal::decode_frame_header;
 use fern_tree::{Durability, Env, Error, Lsn, Options, WriteBatch};
 use parking_lot::Mutex;
 
-/// A [`CrashDevice`] that can be switched off: after [`Dead::kill`] every mutating call fails,
-/// so dropping the environment (whose destructor would checkpoint) writes nothing.
-#[derive(Debug)]
-struct Dead {
-    inner: Arc<CrashDevice>,
-    dead: AtomicBool,
-}
+/// The gate of a [`CrashDevice`] that can be switched off: after [`Dead::kill`] every mutating
+/// call fails, so dropping the environment (whose destructor would checkpoint) writes nothing.
+#[derive(Debug, Default)]
+struct Dead(AtomicBool);
 
 impl Dead {
     fn kill(&self) {
-        self.dead.store(true, Ordering::SeqCst);
+        self.0.store(true, Ordering::SeqCst);
     }
-    fn gate(&self) -> io::Result<()> {
-        if self.dead.load(Ordering::SeqCst) {
+}
+
+impl Gate for Dead {
+    fn mutating(&self) -> io::Result<()> {
+        if self.0.load(Ordering::SeqCst) {
             Err(io::Error::other("the process is gone"))
         } else {
             Ok(())
         }
-    }
-}
-
-impl BlockDevice for Dead {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.set_len(len)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.gate()?;
-        self.inner.sync()
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.punch_hole(offset, len)
     }
 }
 
@@ -202,10 +177,7 @@ fn trial(seed: u64, tally: &Tally) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let opts = options(&mut rng);
     let crash = Arc::new(CrashDevice::new());
-    let dev = Arc::new(Dead {
-        inner: crash.clone(),
-        dead: AtomicBool::new(false),
-    });
+    let dev = Arc::new(GatedDevice::new(crash.clone(), Dead::default()));
     let env = Env::create_on(dev.clone(), opts.clone()).map_err(|e| e.to_string())?;
     let trees: Vec<_> = TREES
         .iter()
@@ -278,7 +250,7 @@ fn trial(seed: u64, tally: &Tally) -> Result<(), String> {
     } else {
         crash.crash_image(seed)
     };
-    dev.kill();
+    dev.gate().kill();
     drop(trees);
     drop(env);
     (if kill9 { &tally.kill9 } else { &tally.power }).fetch_add(1, Ordering::Relaxed);
