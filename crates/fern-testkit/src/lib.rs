@@ -138,6 +138,20 @@ pub fn programs(programs: &[&str]) -> Result<(), String> {
     }
 }
 
+/// `n` bytes of xorshift64 (shifts 13, 7, 17; the low byte of each state) starting after
+/// `state`, which advances: incompressible data, so compression does not hide the volume, that
+/// a test regenerates from its seed.
+pub fn noise(state: &mut u64, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            *state as u8
+        })
+        .collect()
+}
+
 /// splitmix64: the seeded generator of the crash and fault tests. A failing seed must replay
 /// exactly, so its sequence never changes with a dependency's version; one copy serves every
 /// test that draws from it.

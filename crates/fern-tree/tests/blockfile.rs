@@ -436,15 +436,7 @@ fn truncated_image_is_an_error() {
 
 #[test]
 fn random_bytes_are_not_an_image() {
-    let mut s = 99u64;
-    let junk: Vec<u8> = (0..50_000)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
+    let junk = fern_testkit::noise(&mut 99, 50_000);
     assert!(matches!(open_bytes(junk), Err(Error::NotAnImage)));
 }
 

@@ -26,15 +26,10 @@ fn usable() -> Result<(), String> {
 }
 
 fn content(i: usize) -> Vec<u8> {
-    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..FILE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    fern_testkit::noise(
+        &mut (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        FILE,
+    )
 }
 
 fn name(mnt: &Path, i: usize) -> PathBuf {

@@ -27,18 +27,6 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `n` incompressible bytes (xorshift from `x`), so lz4 does not hide the volume.
-fn noise(x: &mut u64, n: usize) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            *x ^= *x << 13;
-            *x ^= *x >> 7;
-            *x ^= *x << 17;
-            *x as u8
-        })
-        .collect()
-}
-
 fn len(p: &std::path::Path) -> u64 {
     std::fs::metadata(p).expect("stat").len()
 }
@@ -111,7 +99,7 @@ fn a_sized_image_never_grows_and_reports_enospc_and_its_capacity() {
         "available {avail0} of {size}"
     );
     let p = PathFs::new(fs.clone(), Cred::root());
-    let chunk = noise(&mut 0x2545_f491_4f6c_dd1du64, 64 << 10);
+    let chunk = fern_testkit::noise(&mut 0x2545_f491_4f6c_dd1du64, 64 << 10);
     let mut written = 0u64;
     let err = 'fill: loop {
         let name = format!("/f{written}");
@@ -176,7 +164,7 @@ fn deleted_data_gives_its_space_back_to_the_host() {
         let p = PathFs::new(fs.clone(), Cred::root());
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for i in 0..40 {
-            let data = noise(&mut x, 1 << 20);
+            let data = fern_testkit::noise(&mut x, 1 << 20);
             let f = p
                 .open(
                     format!("/f{i}").as_bytes(),
