@@ -15,14 +15,7 @@ use fern_tree::Options;
 const CACHE: usize = 8 << 20;
 
 fn rw() -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    }
+    OpenOptions::create_write(0o644)
 }
 
 fn put(p: &PathFs, path: &str, data: &[u8]) {

@@ -99,19 +99,7 @@ impl Img {
 }
 
 fn write(p: &PathFs, path: &[u8], data: &[u8]) {
-    let f = p
-        .open(
-            path,
-            OpenOptions {
-                flags: OpenFlags {
-                    write: true,
-                    ..OpenFlags::default()
-                },
-                create: true,
-                perm: 0o644,
-            },
-        )
-        .unwrap();
+    let f = p.open(path, OpenOptions::create_write(0o644)).unwrap();
     assert_eq!(p.write_at(&f, 0, data).unwrap(), data.len());
     p.close(f).unwrap();
 }
