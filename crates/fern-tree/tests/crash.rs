@@ -24,6 +24,9 @@ use fern_tree::device::{CrashDevice, Gate, GatedDevice, MemDevice};
 use fern_tree::{Durability, Env, Options, UpsertId, WriteBatch};
 use parking_lot::Mutex;
 
+mod common;
+use common::small_options;
+
 /// The gate of a [`CrashDevice`] that passes calls until mutating call number `crash_at`;
 /// there it records the crash image and fails that call and every later one (the machine is
 /// gone).
@@ -100,16 +103,7 @@ fn upsert_fn(_key: &[u8], old: Option<&[u8]>, arg: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn options(rng: &mut Rng) -> Options {
-    let mut o = Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: [16 << 10, 32 << 10, 64 << 10][rng.below(3) as usize],
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    };
+    let mut o = small_options([16 << 10, 32 << 10, 64 << 10][rng.below(3) as usize]);
     o.register_upsert(UPSERT, Arc::new(upsert_fn));
     o
 }

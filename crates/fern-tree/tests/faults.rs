@@ -12,19 +12,13 @@ use std::sync::Arc;
 use fern_tree::device::{BlockDevice, FaultyDevice, MemDevice};
 use fern_tree::{Durability, Env, Error, Options, WriteBatch};
 
+mod common;
+use common::small_options;
+
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn options() -> Options {
-    Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: 32 << 10,
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    }
+    small_options(32 << 10)
 }
 
 const BATCHES: u64 = 60;

@@ -35,6 +35,9 @@ use fern_tree::wal::decode_frame_header;
 use fern_tree::{Durability, Env, Error, Lsn, Options, WriteBatch};
 use parking_lot::Mutex;
 
+mod common;
+use common::small_options;
+
 /// The gate of a [`CrashDevice`] that can be switched off: after [`Dead::kill`] every mutating
 /// call fails, so dropping the environment (whose destructor would checkpoint) writes nothing.
 #[derive(Debug, Default)]
@@ -78,16 +81,7 @@ type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 const TREES: [&str; 2] = ["one", "two"];
 
 fn options(rng: &mut Rng) -> Options {
-    Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: [32 << 10, 64 << 10, 128 << 10][rng.below(3) as usize],
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    }
+    small_options([32 << 10, 64 << 10, 128 << 10][rng.below(3) as usize])
 }
 
 fn contents(env: &Env) -> Result<Model, Error> {

@@ -7,9 +7,11 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use fern_tree::blockfile::{BlockFile, BlockLoc};
 use fern_tree::device::MemDevice;
 use fern_tree::{Durability, Env, Error, Options, UpsertId, WriteBatch};
+
+mod common;
+use common::log_region;
 
 fn options() -> Options {
     Options {
@@ -18,17 +20,6 @@ fn options() -> Options {
         checkpoint_thread: false,
         ..Options::default()
     }
-}
-
-/// The log region of an image (its largest extent).
-fn log_region(image: &[u8]) -> BlockLoc {
-    BlockFile::open(Arc::new(MemDevice::from_bytes(image.to_vec())))
-        .expect("block file")
-        .file
-        .live_blocks()
-        .map(|(_, l)| l)
-        .max_by_key(|l| l.len)
-        .expect("log region")
 }
 
 /// An image whose log holds, after the checkpoint at LSN 0: the creation of tree "t" (a 7-byte
