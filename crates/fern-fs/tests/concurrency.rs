@@ -10,14 +10,7 @@ use fern_fs::{FileType, MkfsOptions, OpenFlags};
 use fern_kv::Limits;
 
 fn rw() -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    }
+    OpenOptions::create_write(0o644)
 }
 
 #[test]

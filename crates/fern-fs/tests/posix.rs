@@ -11,14 +11,7 @@ use fern_fs::{FileType, FsError, OpenFlags, SetAttr, TimeSet, Timespec};
 use fern_fs::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 fn rw() -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    }
+    OpenOptions::create_write(0o644)
 }
 
 fn put(e: &common::Env, path: &str, data: &[u8]) {
