@@ -133,6 +133,7 @@ mod tests {
         assert!(e.quick);
         assert_eq!(e.workloads, vec!["E1", "E3"]);
         assert_eq!(e.systems, vec!["fern-tree"]);
-        assert_eq!(e.reps, Some(2));
+        assert_eq!(e.run.reps, Some(2));
+        assert_eq!(e.run.json, Some(std::path::PathBuf::from("out.json")));
     }
 }
