@@ -14,7 +14,6 @@
 //! first one; `FERN_CRASH_SEED=s` runs seed `s` alone. A failure prints the command that
 //! reproduces it exactly.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +24,7 @@ use fern_tree::{Durability, Env, Options, UpsertId, WriteBatch};
 use parking_lot::Mutex;
 
 mod common;
-use common::small_options;
+use common::{normalized, small_options, Model};
 
 /// The gate of a [`CrashDevice`] that passes calls until mutating call number `crash_at`;
 /// there it records the crash image and fails that call and every later one (the machine is
@@ -108,8 +107,6 @@ fn options(rng: &mut Rng) -> Options {
     o
 }
 
-type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
-
 enum ModelOp {
     Insert(usize, Vec<u8>, Vec<u8>),
     Delete(usize, Vec<u8>),
@@ -175,13 +172,6 @@ fn contents(env: &Env) -> Result<Model, String> {
         }
     }
     Ok(m)
-}
-
-fn normalized(m: &Model) -> Model {
-    m.iter()
-        .filter(|(_, t)| !t.is_empty())
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 /// What one seed did, for the summary (a test that checks nothing should not look green) and
@@ -360,20 +350,14 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     })
 }
 
-/// Reads the seeds to run from the environment.
+/// The seeds to run, from the environment (module docs).
 fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERN_CRASH_SEED") {
-        return vec![s.parse().expect("FERN_CRASH_SEED is a number")];
-    }
-    let n: u64 = std::env::var("FERN_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    let base: u64 = std::env::var("FERN_CRASH_SEED_BASE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (base..base + n).collect()
+    fern_testkit::seeds_from_env(
+        "FERN_CRASH_SEED",
+        "FERN_CRASH_SEEDS",
+        "FERN_CRASH_SEED_BASE",
+        1000,
+    )
 }
 
 /// A seed replays exactly: the reproduction command a failure prints runs the same workload,

@@ -23,7 +23,6 @@
 //! `FERN_LOGCORRUPT_TRIALS=n` (default 1000), `FERN_LOGCORRUPT_SEED_BASE=b`,
 //! `FERN_LOGCORRUPT_SEED=s` (one trial). A failure prints the command that reproduces it.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +35,7 @@ use fern_tree::{Durability, Env, Error, Lsn, Options, WriteBatch};
 use parking_lot::Mutex;
 
 mod common;
-use common::small_options;
+use common::{normalized, small_options, Model};
 
 /// The gate of a [`CrashDevice`] that can be switched off: after [`Dead::kill`] every mutating
 /// call fails, so dropping the environment (whose destructor would checkpoint) writes nothing.
@@ -77,7 +76,6 @@ impl Rng {
     }
 }
 
-type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 const TREES: [&str; 2] = ["one", "two"];
 
 fn options(rng: &mut Rng) -> Options {
@@ -95,13 +93,6 @@ fn contents(env: &Env) -> Result<Model, Error> {
         }
     }
     Ok(m)
-}
-
-fn normalized(m: &Model) -> Model {
-    m.iter()
-        .filter(|(_, t)| !t.is_empty())
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 /// The log region (the image's largest extent: nodes here are 4 KiB, the log 32 KiB or more).
@@ -368,19 +359,14 @@ fn trial(seed: u64, tally: &Tally) -> Result<(), String> {
     ))
 }
 
+/// The seeds to run, from the environment (module docs).
 fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERN_LOGCORRUPT_SEED") {
-        return vec![s.parse().expect("FERN_LOGCORRUPT_SEED is a number")];
-    }
-    let n: u64 = std::env::var("FERN_LOGCORRUPT_TRIALS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    let base: u64 = std::env::var("FERN_LOGCORRUPT_SEED_BASE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (base..base + n).collect()
+    fern_testkit::seeds_from_env(
+        "FERN_LOGCORRUPT_SEED",
+        "FERN_LOGCORRUPT_TRIALS",
+        "FERN_LOGCORRUPT_SEED_BASE",
+        1000,
+    )
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! What fern-tree's integration tests share: the small engine of the directed and seeded tests,
-//! and where an image keeps its write-ahead log. Each test file uses a part of it.
+//! the model the seeded tests check recovery against, and where an image keeps its write-ahead
+//! log. Each test file uses a part of it.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fern_tree::blockfile::{BlockFile, BlockLoc};
@@ -33,4 +35,15 @@ pub fn log_region(image: &[u8]) -> BlockLoc {
         .map(|(_, l)| l)
         .max_by_key(|l| l.len)
         .expect("log region")
+}
+
+/// Every tree's rows by tree name: what a seeded test expects the engine to hold.
+pub type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+/// `m` without its empty trees (a tree that was never written and an emptied one read alike).
+pub fn normalized(m: &Model) -> Model {
+    m.iter()
+        .filter(|(_, t)| !t.is_empty())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
