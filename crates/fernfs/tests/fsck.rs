@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fern_fs::path::{OpenOptions, PathFs};
-use fern_fs::{schema, Cred, Fs, InodeId, OpenFlags};
+use fern_fs::{schema, Cred, Fs, InodeId};
 use fern_kv::{KvStore, WriteBatch, WriteOptions};
 use fern_kv_tree::TreeStore;
 

@@ -137,7 +137,7 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
         synced.push((p, format!("data {n}")));
     }
     fs::write(mnt.join("maybe"), b"not synced").unwrap();
-    kill_daemon(&img, &mnt);
+    kill_daemon(img, mnt);
     let fsck = ok(&["fsck".as_ref(), i]);
     assert!(
         String::from_utf8_lossy(&fsck.stdout).contains("0 problems"),
@@ -461,7 +461,7 @@ fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
     };
     ok(&["mount".as_ref(), i, m]);
     fill("a");
-    plain_umount(&mnt);
+    plain_umount(mnt);
     let fsck = run(&["fsck".as_ref(), i]);
     assert!(
         fsck.status.success(),
@@ -472,7 +472,7 @@ fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
 
     ok(&["mount".as_ref(), i, m]);
     fill("b");
-    plain_umount(&mnt);
+    plain_umount(mnt);
     let again = run(&["mount".as_ref(), i, m]);
     assert!(
         again.status.success(),
@@ -617,12 +617,12 @@ fn damaged_log_after_kill_9_is_refused_then_repaired() {
     let mut last = fs::File::create(mnt.join("last")).unwrap();
     std::io::Write::write_all(&mut last, b"the last file, fsynced\n").unwrap();
     last.sync_all().unwrap();
-    fs::File::open(&mnt).unwrap().sync_all().unwrap();
+    fs::File::open(mnt).unwrap().sync_all().unwrap();
     drop(last);
-    kill_daemon(&img, &mnt);
+    kill_daemon(img, mnt);
 
     // The frames of the log: the region is the image's largest extent.
-    let bytes = fs::read(&img).unwrap();
+    let bytes = fs::read(img).unwrap();
     let opened = fern_tree::blockfile::BlockFile::open(std::sync::Arc::new(
         fern_tree::device::MemDevice::from_bytes(bytes.clone()),
     ))
@@ -647,7 +647,7 @@ fn damaged_log_after_kill_9_is_refused_then_repaired() {
     assert!(frames.len() > 20, "{} record frames", frames.len());
     let victim = frames[frames.len() / 4];
     let lsn = victim - lo; // the log has not wrapped: LSN = offset in the region
-    let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(img).unwrap();
     std::os::unix::fs::FileExt::write_all_at(
         &f,
         &[bytes[victim + 36 + 9] ^ 0x20],
