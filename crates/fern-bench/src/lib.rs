@@ -1,5 +1,5 @@
 //! fern-bench: the benchmark harness of fernfs (docs/workloads.md): the engine workloads
-//! E1–E7 and E9 (below) and the file-system workloads F1–F10 ([`fs`]).
+//! E1–E7 and E9 (below) and the file-system workloads F1–F12 ([`fs`]).
 //!
 //! It owns: the [`Engine`] trait every engine under test is driven through, one thin adapter
 //! per engine (fern-tree always; each peer behind its own cargo feature), the deterministic data
@@ -9,6 +9,11 @@
 //! It must never fail a test run because a number is low: benchmarks report. It does fail when
 //! an engine gives a wrong answer, because a fast wrong answer is not a result; a workload
 //! counts such answers in the `errors` field of its records.
+//!
+//! Percentiles are computed over the sorted latencies a workload kept (`workloads.rs`,
+//! nearest rank, five lines), on purpose: every latency a run measures is at hand, so an
+//! exact percentile costs a sort, and hdrhistogram's bucketed estimate would add a dependency
+//! and an error bound to a figure that needs neither.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -84,6 +84,14 @@ pub struct RunOutput {
     pub series: Vec<report::Series>,
 }
 
+impl RunOutput {
+    /// Says `n` on the progress display and keeps it among the notes.
+    pub(crate) fn note(&mut self, progress: &mut dyn Progress, n: String) {
+        progress.note(&n);
+        self.notes.push(n);
+    }
+}
+
 impl BenchConfig {
     /// The scenarios the requested workloads need, in run order.
     pub fn scenarios(&self) -> Vec<Scenario> {
@@ -143,25 +151,72 @@ impl BenchConfig {
     }
 }
 
-fn label(t: &TaskSpec) -> String {
-    format!("rep {} {} {}", t.rep + 1, t.scenario.label(), t.system)
+impl Task for TaskSpec {
+    fn label(&self) -> String {
+        task_label(self.rep, &self.scenario.label(), &self.system)
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 /// Runs every task of `cfg`, then takes medians.
 pub fn run(cfg: &BenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> {
     std::fs::create_dir_all(&cfg.dir)?;
-    let tasks = cfg.plan();
-    progress.start(tasks.len());
-    let mut out = RunOutput::default();
-    for (i, task) in tasks.iter().enumerate() {
-        let name = label(task);
-        progress.task(i, &name);
-        let _ = std::fs::remove_dir_all(&task.dir);
+    let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
+    let out = RunOutput::default();
+    run_tasks(&cfg.plan(), &names, out, progress, |task, _, _, _| {
         let result = match &cfg.isolation {
             Isolation::InProcess => workloads::run_task(task),
             Isolation::Subprocess { program, args } => run_child(program, args, task, &cfg.dir),
         };
-        let _ = std::fs::remove_dir_all(&task.dir);
+        Ok(result.map(|t| Finished {
+            records: t.records,
+            notes: t.notes,
+            series: Vec::new(),
+        }))
+    })
+}
+
+/// "rep 1 E1/incompressible fern-tree": a task as progress and failures name it.
+pub(crate) fn task_label(rep: u32, scenario: &str, system: &str) -> String {
+    format!("rep {} {scenario} {system}", rep + 1)
+}
+
+/// A task of either benchmark, as the task loop sees it.
+pub(crate) trait Task {
+    /// What progress calls it ("rep 1 E1/incompressible fern-tree").
+    fn label(&self) -> String;
+    /// Its scratch directory, emptied before it runs and removed after.
+    fn dir(&self) -> &Path;
+}
+
+/// What a finished task hands back to the task loop.
+pub(crate) struct Finished {
+    pub records: Vec<Record>,
+    pub notes: Vec<String>,
+    pub series: Vec<report::Series>,
+}
+
+/// The task loop both benchmarks share: for each task it shows the label, empties the task's
+/// directory, runs `one` (given the task, its label, and the run and progress for notes of
+/// its own; its outer error ends the run, its inner one is the task's failure), removes the directory, and keeps what came back: each distinct note said once, the
+/// records and series, or the error as a FAILED line and a failure. Then the medians over
+/// `systems`.
+pub(crate) fn run_tasks<T: Task>(
+    tasks: &[T],
+    systems: &[String],
+    mut out: RunOutput,
+    progress: &mut dyn Progress,
+    mut one: impl FnMut(&T, &str, &mut RunOutput, &mut dyn Progress) -> Result<Result<Finished>>,
+) -> Result<RunOutput> {
+    progress.start(tasks.len());
+    for (i, task) in tasks.iter().enumerate() {
+        let name = task.label();
+        progress.task(i, &name);
+        let _ = std::fs::remove_dir_all(task.dir());
+        let result = one(task, &name, &mut out, &mut *progress)?;
+        let _ = std::fs::remove_dir_all(task.dir());
         match result {
             Ok(t) => {
                 for n in t.notes {
@@ -171,6 +226,7 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> 
                     }
                 }
                 out.samples.extend(t.records);
+                out.series.extend(t.series);
             }
             Err(e) => {
                 let msg = format!("{name}: {e}");
@@ -180,8 +236,7 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> 
         }
     }
     progress.finish();
-    let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
-    out.medians = report::medians(&out.samples, &names);
+    out.medians = report::medians(&out.samples, systems);
     Ok(out)
 }
 
@@ -193,7 +248,7 @@ fn run_child(
 ) -> Result<TaskOutput> {
     let mut cmd = Command::new(program);
     cmd.args(args);
-    run_task_process(cmd, task, &task.dir, label(task), scratch)
+    run_task_process(cmd, task, &task.dir, task.label(), scratch)
 }
 
 /// Runs one task in a child process: `cmd` (the program and its subcommand, already set up)

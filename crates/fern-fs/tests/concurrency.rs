@@ -6,18 +6,11 @@ mod common;
 use common::mem_store as open_store;
 
 use fern_fs::path::OpenOptions;
-use fern_fs::{FileType, MkfsOptions, OpenFlags};
+use fern_fs::{FileType, MkfsOptions};
 use fern_kv::Limits;
 
 fn rw() -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    }
+    OpenOptions::create_write(0o644)
 }
 
 #[test]
@@ -60,14 +53,8 @@ fn threads_create_write_rename_unlink() {
 #[test]
 fn concurrent_appends_lose_nothing() {
     let e = common::env();
-    let app = OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            append: true,
-            ..OpenFlags::default()
-        },
-        ..rw()
-    };
+    let mut app = rw();
+    app.flags.append = true;
     std::thread::scope(|s| {
         for t in 0..4u8 {
             let p = e.p.clone();

@@ -92,6 +92,16 @@ impl Model {
         Ok((cur, last.clone()))
     }
 
+    /// The non-directory `path` names, following a final symlink (EISDIR for a directory).
+    fn non_dir(&self, path: &[String]) -> Result<usize, Errno> {
+        let id = self.lookup(path, true)?;
+        if self.is_dir(id) {
+            Err(libc::EISDIR)
+        } else {
+            Ok(id)
+        }
+    }
+
     fn lookup(&self, path: &[String], follow: bool) -> Result<usize, Errno> {
         let (dir, name) = self.parent(path)?;
         let id = *self.dir(dir).expect("dir").get(&name).ok_or(libc::ENOENT)?;
@@ -366,13 +376,7 @@ impl Harness {
                 }
             }
             Op::Open(path) => {
-                let expect = m.lookup(path, true).and_then(|id| {
-                    if m.is_dir(id) {
-                        Err(libc::EISDIR)
-                    } else {
-                        Ok(id)
-                    }
-                });
+                let expect = m.non_dir(path);
                 let got = errno(
                     self.env
                         .as_ref()
@@ -444,13 +448,7 @@ impl Harness {
                 }
             }
             Op::Truncate(path, size) => {
-                let expect = m.lookup(path, true).and_then(|id| {
-                    if m.is_dir(id) {
-                        Err(libc::EISDIR)
-                    } else {
-                        Ok(id)
-                    }
-                });
+                let expect = m.non_dir(path);
                 let got = errno(
                     self.env
                         .as_ref()

@@ -11,14 +11,7 @@ use fern_fs::{FileType, FsError, OpenFlags, SetAttr, TimeSet, Timespec};
 use fern_fs::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 fn rw() -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    }
+    OpenOptions::create_write(0o644)
 }
 
 fn put(e: &common::Env, path: &str, data: &[u8]) {
@@ -83,28 +76,16 @@ fn unaligned_writes_across_blocks() {
 fn create_exclusive_and_not() {
     let e = env();
     put(&e, "/f", b"data");
-    let excl = OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            exclusive: true,
-            ..OpenFlags::default()
-        },
-        ..rw()
-    };
+    let mut excl = rw();
+    excl.flags.exclusive = true;
     assert_eq!(err(e.p.open(b"/f", excl)), libc::EEXIST);
     let f =
         e.p.open(b"/f", rw())
             .expect("non-exclusive create opens the existing file");
     e.p.close(f).expect("close");
     assert_eq!(get(&e, "/f"), b"data", "no truncation without O_TRUNC");
-    let trunc = OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            truncate: true,
-            ..OpenFlags::default()
-        },
-        ..rw()
-    };
+    let mut trunc = rw();
+    trunc.flags.truncate = true;
     let f = e.p.open(b"/f", trunc).expect("open O_TRUNC");
     e.p.close(f).expect("close");
     assert_eq!(get(&e, "/f"), b"");
@@ -443,14 +424,8 @@ fn fallocate_zero_range() {
 fn append_writes_at_end() {
     let e = env();
     put(&e, "/log", b"one");
-    let app = OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            append: true,
-            ..OpenFlags::default()
-        },
-        ..rw()
-    };
+    let mut app = rw();
+    app.flags.append = true;
     let f = e.p.open(b"/log", app).expect("open append");
     e.p.write_at(&f, 0, b",two").expect("append");
     e.p.write_at(&f, 0, b",three").expect("append");

@@ -15,14 +15,7 @@ use fern_tree::Options;
 const CACHE: usize = 8 << 20;
 
 fn rw() -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create: true,
-        perm: 0o644,
-    }
+    OpenOptions::create_write(0o644)
 }
 
 fn put(p: &PathFs, path: &str, data: &[u8]) {
@@ -242,14 +235,14 @@ fn damaged_image_and_dead_device_keep_their_error_class() {
     s.close().expect("close");
     // Opening writes too (recovery ends with a checkpoint): count its writes on a copy, then
     // let the real device die right after them.
-    let probe = Arc::new(FaultyDevice::new(
+    let probe = Arc::new(FaultyDevice::failing(
         Arc::new(MemDevice::from_bytes(mem.snapshot())),
         u64::MAX,
     ));
     let opened = TreeStore::open_on_with(probe.clone(), tiny(1 << 20), reg.clone()).expect("open");
     let writes_to_open = probe.calls();
     drop(opened);
-    let dying = Arc::new(FaultyDevice::new(mem, writes_to_open));
+    let dying = Arc::new(FaultyDevice::failing(mem, writes_to_open));
     let s = TreeStore::open_on_with(dying, tiny(1 << 20), reg).expect("open");
     let t = s.tree("t").expect("tree");
     let mut b = WriteBatch::new();
@@ -315,7 +308,7 @@ fn a_full_device_is_enospc_in_the_file_system() {
             Cred::root(),
         )
     };
-    let probe = Arc::new(FaultyDevice::new(
+    let probe = Arc::new(FaultyDevice::failing(
         Arc::new(MemDevice::from_bytes(mem.snapshot())),
         u64::MAX,
     ));

@@ -138,6 +138,38 @@ pub fn programs(programs: &[&str]) -> Result<(), String> {
     }
 }
 
+/// `n` bytes of xorshift64 (shifts 13, 7, 17; the low byte of each state) starting after
+/// `state`, which advances: incompressible data, so compression does not hide the volume, that
+/// a test regenerates from its seed.
+pub fn noise(state: &mut u64, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            *state as u8
+        })
+        .collect()
+}
+
+/// The seeds a seeded test runs, from its environment variables: `one` (a single seed, to
+/// replay a failure), else `count` seeds (default `default_count`) from `base` (default 0).
+/// A value that is not a number fails the test, naming the variable.
+pub fn seeds_from_env(one: &str, count: &str, base: &str, default_count: u64) -> Vec<u64> {
+    let var = |name: &str| {
+        std::env::var(name).ok().map(|s| {
+            s.parse::<u64>()
+                .unwrap_or_else(|_| panic!("{name}={s:?} is not a number"))
+        })
+    };
+    if let Some(s) = var(one) {
+        return vec![s];
+    }
+    let n = var(count).unwrap_or(default_count);
+    let b = var(base).unwrap_or(0);
+    (b..b.saturating_add(n)).collect()
+}
+
 /// splitmix64: the seeded generator of the crash and fault tests. A failing seed must replay
 /// exactly, so its sequence never changes with a dependency's version; one copy serves every
 /// test that draws from it.

@@ -2,9 +2,10 @@
 //!
 //! Owns: positioned reads and writes, length changes, durability barriers, hole punching, and
 //! the implementations: [`FileDevice`] (a file), [`MemDevice`] (memory), [`ReadOnlyDevice`]
-//! (refuses every mutating call: the read-only open, W11), and two test devices,
-//! [`FaultyDevice`] (fails the Nth mutating call) and [`CrashDevice`] (keeps written and durable
-//! bytes apart and produces what a power cut could leave).
+//! (refuses every mutating call: the read-only open, W11), and the test devices:
+//! [`GatedDevice`] (every call passes a [`Gate`] first), [`FaultyDevice`] (a gated device that
+//! fails the Nth mutating call) and [`CrashDevice`] (keeps written and durable bytes apart and
+//! produces what a power cut could leave).
 //! Never: caching, buffering or reordering — an implementation does exactly what it is asked.
 //! Errors stay `io::Error` here; the block file adds context when it wraps them.
 
@@ -371,13 +372,76 @@ impl BlockDevice for MemDevice {
     }
 }
 
+/// Decides, call by call, whether a [`GatedDevice`] lets a call reach the device it wraps: the
+/// one place a test device says "fail from here on" (a dead disk, a power cut, a killed
+/// process). An error returned here is the call's result; the wrapped device never sees it.
+pub trait Gate: Send + Sync + std::fmt::Debug {
+    /// Before each mutating call (write, set_len, sync, punch_hole).
+    fn mutating(&self) -> io::Result<()>;
+    /// Before each read.
+    fn read(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A device whose calls pass through a [`Gate`] first; everything else is forwarded unchanged.
+/// [`FaultyDevice`] is one; the crash tests gate a [`CrashDevice`] the same way.
+#[derive(Debug)]
+pub struct GatedDevice<G: Gate> {
+    inner: std::sync::Arc<dyn BlockDevice>,
+    gate: G,
+}
+
+impl<G: Gate> GatedDevice<G> {
+    /// `inner` behind `gate`.
+    pub fn new(inner: std::sync::Arc<dyn BlockDevice>, gate: G) -> Self {
+        GatedDevice { inner, gate }
+    }
+
+    /// The gate (to read its counters or change its state).
+    pub fn gate(&self) -> &G {
+        &self.gate
+    }
+}
+
+impl<G: Gate> BlockDevice for GatedDevice<G> {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.gate.read()?;
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.gate.mutating()?;
+        self.inner.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.gate.mutating()?;
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.gate.mutating()?;
+        self.inner.sync()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.gate.mutating()?;
+        self.inner.punch_hole(offset, len)
+    }
+    fn capacity(&self) -> io::Result<Option<u64>> {
+        self.inner.capacity()
+    }
+}
+
 /// Wraps a device and fails its `n`-th mutating call (write, set_len, sync, punch_hole; counted
 /// from 0) and every mutating call after it, like a disk that died. Reads pass through unless
 /// [`FaultyDevice::failing_reads`] built it. The error is EIO-like, or ENOSPC for
 /// [`FaultyDevice::no_space`].
+pub type FaultyDevice = GatedDevice<Faults>;
+
+/// The gate of a [`FaultyDevice`]: counts calls and fails them from a given one on.
 #[derive(Debug)]
-pub struct FaultyDevice {
-    inner: std::sync::Arc<dyn BlockDevice>,
+pub struct Faults {
     fail_at: u64,
     calls: AtomicU64,
     enospc: bool,
@@ -385,46 +449,8 @@ pub struct FaultyDevice {
     reads: AtomicU64,
 }
 
-impl FaultyDevice {
-    /// Fails mutating call number `fail_at` and all later ones.
-    pub fn new(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
-        FaultyDevice {
-            inner,
-            fail_at,
-            calls: AtomicU64::new(0),
-            enospc: false,
-            fail_reads_at: u64::MAX,
-            reads: AtomicU64::new(0),
-        }
-    }
-
-    /// Like [`new`](Self::new), but the failures are ENOSPC (a full disk).
-    pub fn no_space(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
-        FaultyDevice {
-            enospc: true,
-            ..Self::new(inner, fail_at)
-        }
-    }
-
-    /// Fails read number `fail_at` (counted from 0) and all later reads; writes pass through.
-    pub fn failing_reads(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
-        FaultyDevice {
-            fail_reads_at: fail_at,
-            ..Self::new(inner, u64::MAX)
-        }
-    }
-
-    /// Mutating calls attempted so far (failed ones included).
-    pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    /// Reads attempted so far (failed ones included).
-    pub fn reads(&self) -> u64 {
-        self.reads.load(Ordering::SeqCst)
-    }
-
-    fn gate(&self) -> io::Result<()> {
+impl Gate for Faults {
+    fn mutating(&self) -> io::Result<()> {
         if self.calls.fetch_add(1, Ordering::SeqCst) >= self.fail_at {
             if self.enospc {
                 Err(io::Error::from_raw_os_error(libc::ENOSPC))
@@ -435,36 +461,54 @@ impl FaultyDevice {
             Ok(())
         }
     }
-}
-
-impl BlockDevice for FaultyDevice {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    fn read(&self) -> io::Result<()> {
         if self.reads.fetch_add(1, Ordering::SeqCst) >= self.fail_reads_at {
             return Err(io::Error::other("injected read fault"));
         }
-        self.inner.read_at(buf, offset)
+        Ok(())
     }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.write_at(buf, offset)
+}
+
+impl GatedDevice<Faults> {
+    /// Fails mutating call number `fail_at` and all later ones.
+    pub fn failing(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
+        Self::faults(inner, fail_at, false, u64::MAX)
     }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.set_len(len)
+
+    /// Like [`failing`](Self::failing), but the failures are ENOSPC (a full disk).
+    pub fn no_space(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
+        Self::faults(inner, fail_at, true, u64::MAX)
     }
-    fn sync(&self) -> io::Result<()> {
-        self.gate()?;
-        self.inner.sync()
+
+    /// Fails read number `fail_at` (counted from 0) and all later reads; writes pass through.
+    pub fn failing_reads(inner: std::sync::Arc<dyn BlockDevice>, fail_at: u64) -> Self {
+        Self::faults(inner, u64::MAX, false, fail_at)
     }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.punch_hole(offset, len)
+
+    fn faults(
+        inner: std::sync::Arc<dyn BlockDevice>,
+        fail_at: u64,
+        enospc: bool,
+        fail_reads_at: u64,
+    ) -> Self {
+        let gate = Faults {
+            fail_at,
+            calls: AtomicU64::new(0),
+            enospc,
+            fail_reads_at,
+            reads: AtomicU64::new(0),
+        };
+        GatedDevice::new(inner, gate)
     }
-    fn capacity(&self) -> io::Result<Option<u64>> {
-        self.inner.capacity()
+
+    /// Mutating calls attempted so far (failed ones included).
+    pub fn calls(&self) -> u64 {
+        self.gate.calls.load(Ordering::SeqCst)
+    }
+
+    /// Reads attempted so far (failed ones included).
+    pub fn reads(&self) -> u64 {
+        self.gate.reads.load(Ordering::SeqCst)
     }
 }
 

@@ -292,7 +292,7 @@ fn crash_at_every_step_of_a_checkpoint() {
             bf.checkpoint(Lsn(1), b"m1").unwrap();
             let old = state_of(&bf, Lsn(1), b"m1".to_vec());
             drop(bf);
-            let faulty = Arc::new(FaultyDevice::new(crash.clone(), fail_at));
+            let faulty = Arc::new(FaultyDevice::failing(crash.clone(), fail_at));
             let mut bf = BlockFile::open(faulty.clone()).unwrap().file;
             let mut new = old.clone();
             let mut result = Ok(());
@@ -343,7 +343,7 @@ fn failed_write_keeps_old_block() {
     bf.write_node(id, b"old").unwrap();
     bf.checkpoint(Lsn(1), b"").unwrap();
     drop(bf);
-    let faulty = Arc::new(FaultyDevice::new(mem, 0));
+    let faulty = Arc::new(FaultyDevice::failing(mem, 0));
     let mut bf = BlockFile::open(faulty).unwrap().file;
     let loc = bf.loc(id);
     assert!(bf.write_node(id, b"new").is_err());
@@ -436,15 +436,7 @@ fn truncated_image_is_an_error() {
 
 #[test]
 fn random_bytes_are_not_an_image() {
-    let mut s = 99u64;
-    let junk: Vec<u8> = (0..50_000)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
+    let junk = fern_testkit::noise(&mut 99, 50_000);
     assert!(matches!(open_bytes(junk), Err(Error::NotAnImage)));
 }
 

@@ -106,15 +106,7 @@ proptest! {
 
 #[test]
 fn incompressible_data_stored_raw() {
-    let mut s = 7u64;
-    let raw: Vec<u8> = (0..4096)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
+    let raw = fern_testkit::noise(&mut 7, 4096);
     for c in [Compression::Lz4, Compression::Zstd { level: 3 }] {
         let mut out = Vec::new();
         encode_partition(c, &raw, &mut out);

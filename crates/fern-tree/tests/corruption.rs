@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use fern_tree::blockfile::BlockFile;
 use fern_tree::device::{BlockDevice, MemDevice};
 use fern_tree::{Env, Error, Options};
+
+mod common;
+use common::log_region;
 
 fn opts() -> Options {
     Options {
@@ -62,13 +64,7 @@ fn every_flipped_bit_is_detected_or_harmless() {
     // Flips go outside the write-ahead log region (the largest extent): after the clean close
     // every record in it precedes the checkpoint, so flips there are harmless by design (and
     // the region's size would swamp the live data). tests/crash.rs covers damaged log records.
-    let log = BlockFile::open(Arc::new(MemDevice::from_bytes(img.clone())))
-        .unwrap()
-        .file
-        .live_blocks()
-        .map(|(_, l)| l)
-        .max_by_key(|l| l.len)
-        .unwrap();
+    let log = log_region(&img);
     let (log_at, log_len) = (log.offset as usize, log.len as usize);
     let mut detected = 0;
     let mut harmless = 0;

@@ -9,8 +9,11 @@ use std::sync::{Arc, OnceLock};
 use fern_tree::blockfile::BlockFile;
 use fern_tree::codec::encode_partition;
 use fern_tree::device::{BlockDevice, MemDevice};
-use fern_tree::{fuzz, Compression, Env, Options, UpsertId, WriteBatch};
+use fern_tree::{fuzz, Compression, Env, UpsertId, WriteBatch};
 use proptest::prelude::*;
+
+mod common;
+use common::small_options;
 
 /// Valid encodings to mutate, taken from a real image.
 struct Samples {
@@ -26,16 +29,7 @@ struct Samples {
 fn samples() -> &'static Samples {
     static S: OnceLock<Samples> = OnceLock::new();
     S.get_or_init(|| {
-        let mut o = Options {
-            cache_bytes: 64 << 10,
-            node_bytes: 4096,
-            basement_bytes: 512,
-            fanout: 4,
-            log_bytes: 64 << 10,
-            sync_interval: None,
-            checkpoint_thread: false,
-            ..Options::default()
-        };
+        let mut o = small_options(64 << 10);
         o.register_upsert(UpsertId(1), Arc::new(|_, _, a| Some(a.to_vec())));
         let mem = Arc::new(MemDevice::new());
         let env = Env::create_on(mem.clone(), o).expect("create");

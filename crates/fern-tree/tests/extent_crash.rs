@@ -163,7 +163,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let steps = 10 + rng.below(90);
     let crash_at = rng.below(30 + steps * 3);
     let base = Arc::new(CrashDevice::new());
-    let dev = Arc::new(CrashAt::new(base, crash_at, seed));
+    let dev = Arc::new(CrashAt::device(base, crash_at, seed));
     let mut states: Vec<Model> = vec![Model::new()];
     let (mut durable, mut issued) = (0usize, 0usize);
     let mut crashed_mid_run = true;
@@ -305,21 +305,21 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
             }
         }
         crashed_mid_run = false;
-        dev.cut();
+        dev.gate().cut();
         drop(t);
         drop(env);
     }
-    let mut image = dev.image();
+    let mut image = dev.gate().image();
     if rng.below(2) == 0 {
-        let second = Arc::new(CrashAt::new(
+        let second = Arc::new(CrashAt::device(
             Arc::new(CrashDevice::from_bytes(image.clone())),
             rng.below(12),
             seed ^ 0xABCD,
         ));
         let env = Env::open_on(second.clone(), opts.clone());
-        second.cut();
+        second.gate().cut();
         drop(env);
-        image = second.image();
+        image = second.gate().image();
     }
     let mem = Arc::new(MemDevice::from_bytes(image));
     let env =

@@ -12,19 +12,13 @@ use std::sync::Arc;
 use fern_tree::device::{BlockDevice, FaultyDevice, MemDevice};
 use fern_tree::{Durability, Env, Error, Options, WriteBatch};
 
+mod common;
+use common::small_options;
+
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn options() -> Options {
-    Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: 32 << 10,
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    }
+    small_options(32 << 10)
 }
 
 const BATCHES: u64 = 60;
@@ -104,7 +98,7 @@ fn rows(env: &Env) -> Model {
 #[test]
 fn every_write_fault_poisons_and_never_corrupts() {
     // Count the mutating calls of a clean run.
-    let probe = Arc::new(FaultyDevice::new(Arc::new(MemDevice::new()), u64::MAX));
+    let probe = Arc::new(FaultyDevice::failing(Arc::new(MemDevice::new()), u64::MAX));
     let env = Env::create_on(probe.clone(), options()).expect("create");
     let (_, _, _, err) = workload(&env);
     assert!(err.is_none());
@@ -121,7 +115,7 @@ fn every_write_fault_poisons_and_never_corrupts() {
         let dev: Arc<dyn BlockDevice> = if enospc {
             Arc::new(FaultyDevice::no_space(mem.clone(), fail_at))
         } else {
-            Arc::new(FaultyDevice::new(mem.clone(), fail_at))
+            Arc::new(FaultyDevice::failing(mem.clone(), fail_at))
         };
         let env = match Env::create_on(dev, options()) {
             Ok(env) => env,

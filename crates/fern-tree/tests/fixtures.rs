@@ -17,17 +17,11 @@ use fern_tree::blockfile::BlockFile;
 use fern_tree::device::MemDevice;
 use fern_tree::{Durability, Env, Error, Options, WriteBatch};
 
+mod common;
+use common::{log_region, small_options};
+
 fn options() -> Options {
-    Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: 64 << 10,
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    }
+    small_options(64 << 10)
 }
 
 type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
@@ -210,16 +204,6 @@ fn damaged_log_record_is_refused() {
 // ---------------------------------------------------------------------------------------------
 // The generator.
 
-fn region_of(image: &[u8]) -> fern_tree::blockfile::BlockLoc {
-    BlockFile::open(Arc::new(MemDevice::from_bytes(image.to_vec())))
-        .expect("block file")
-        .file
-        .live_blocks()
-        .map(|(_, l)| l)
-        .max_by_key(|l| l.len)
-        .expect("log region")
-}
-
 fn write(out: &Path, name: &str, image: &[u8]) {
     let packed = zstd::encode_all(image, 19).expect("compress");
     std::fs::write(out.join(format!("{name}.img.zst")), packed).expect("write fixture");
@@ -264,7 +248,7 @@ fn generate_fixtures() {
     // A damaged node: one bit in the middle of the largest node block of the checkpoint that
     // is not the log region (a node of "alpha", the larger tree).
     let bf = BlockFile::open(Arc::new(MemDevice::from_bytes(clean.clone()))).expect("bf");
-    let log = region_of(&clean);
+    let log = log_region(&clean);
     let (_, node) = bf
         .file
         .live_blocks()

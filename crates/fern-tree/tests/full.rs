@@ -27,15 +27,7 @@ fn options() -> Options {
 
 fn value(i: u64) -> Vec<u8> {
     // Incompressible enough that lz4 does not hide the volume: a counter mixed per byte.
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..3000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    fern_testkit::noise(&mut (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1), 3000)
 }
 
 fn key(i: u64) -> Vec<u8> {

@@ -23,61 +23,38 @@
 //! `FERN_LOGCORRUPT_TRIALS=n` (default 1000), `FERN_LOGCORRUPT_SEED_BASE=b`,
 //! `FERN_LOGCORRUPT_SEED=s` (one trial). A failure prints the command that reproduces it.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fern_tree::blockfile::{BlockFile, BlockLoc};
-use fern_tree::device::{BlockDevice, CrashDevice, MemDevice};
+use fern_tree::device::{BlockDevice, CrashDevice, Gate, GatedDevice, MemDevice};
 use fern_tree::wal::decode_frame_header;
 use fern_tree::{Durability, Env, Error, Lsn, Options, WriteBatch};
 use parking_lot::Mutex;
 
-/// A [`CrashDevice`] that can be switched off: after [`Dead::kill`] every mutating call fails,
-/// so dropping the environment (whose destructor would checkpoint) writes nothing.
-#[derive(Debug)]
-struct Dead {
-    inner: Arc<CrashDevice>,
-    dead: AtomicBool,
-}
+mod common;
+use common::{normalized, small_options, Model};
+
+/// The gate of a [`CrashDevice`] that can be switched off: after [`Dead::kill`] every mutating
+/// call fails, so dropping the environment (whose destructor would checkpoint) writes nothing.
+#[derive(Debug, Default)]
+struct Dead(AtomicBool);
 
 impl Dead {
     fn kill(&self) {
-        self.dead.store(true, Ordering::SeqCst);
+        self.0.store(true, Ordering::SeqCst);
     }
-    fn gate(&self) -> io::Result<()> {
-        if self.dead.load(Ordering::SeqCst) {
+}
+
+impl Gate for Dead {
+    fn mutating(&self) -> io::Result<()> {
+        if self.0.load(Ordering::SeqCst) {
             Err(io::Error::other("the process is gone"))
         } else {
             Ok(())
         }
-    }
-}
-
-impl BlockDevice for Dead {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.set_len(len)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.gate()?;
-        self.inner.sync()
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.punch_hole(offset, len)
     }
 }
 
@@ -99,20 +76,10 @@ impl Rng {
     }
 }
 
-type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 const TREES: [&str; 2] = ["one", "two"];
 
 fn options(rng: &mut Rng) -> Options {
-    Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: [32 << 10, 64 << 10, 128 << 10][rng.below(3) as usize],
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    }
+    small_options([32 << 10, 64 << 10, 128 << 10][rng.below(3) as usize])
 }
 
 fn contents(env: &Env) -> Result<Model, Error> {
@@ -126,13 +93,6 @@ fn contents(env: &Env) -> Result<Model, Error> {
         }
     }
     Ok(m)
-}
-
-fn normalized(m: &Model) -> Model {
-    m.iter()
-        .filter(|(_, t)| !t.is_empty())
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 /// The log region (the image's largest extent: nodes here are 4 KiB, the log 32 KiB or more).
@@ -202,10 +162,7 @@ fn trial(seed: u64, tally: &Tally) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let opts = options(&mut rng);
     let crash = Arc::new(CrashDevice::new());
-    let dev = Arc::new(Dead {
-        inner: crash.clone(),
-        dead: AtomicBool::new(false),
-    });
+    let dev = Arc::new(GatedDevice::new(crash.clone(), Dead::default()));
     let env = Env::create_on(dev.clone(), opts.clone()).map_err(|e| e.to_string())?;
     let trees: Vec<_> = TREES
         .iter()
@@ -278,7 +235,7 @@ fn trial(seed: u64, tally: &Tally) -> Result<(), String> {
     } else {
         crash.crash_image(seed)
     };
-    dev.kill();
+    dev.gate().kill();
     drop(trees);
     drop(env);
     (if kill9 { &tally.kill9 } else { &tally.power }).fetch_add(1, Ordering::Relaxed);
@@ -402,19 +359,14 @@ fn trial(seed: u64, tally: &Tally) -> Result<(), String> {
     ))
 }
 
+/// The seeds to run, from the environment (module docs).
 fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("FERN_LOGCORRUPT_SEED") {
-        return vec![s.parse().expect("FERN_LOGCORRUPT_SEED is a number")];
-    }
-    let n: u64 = std::env::var("FERN_LOGCORRUPT_TRIALS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    let base: u64 = std::env::var("FERN_LOGCORRUPT_SEED_BASE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (base..base + n).collect()
+    fern_testkit::seeds_from_env(
+        "FERN_LOGCORRUPT_SEED",
+        "FERN_LOGCORRUPT_TRIALS",
+        "FERN_LOGCORRUPT_SEED_BASE",
+        1000,
+    )
 }
 
 #[test]

@@ -8,17 +8,12 @@ use std::sync::Arc;
 use fern_tree::device::MemDevice;
 use fern_tree::{Durability, Env, Error, Options, WriteBatch};
 
+mod common;
+use common::small_options;
+
 fn options() -> Options {
-    Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: 4 << 20, // a quarter is more than the workload logs: no checkpoint
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    }
+    // A quarter of the log is more than the workload logs: no checkpoint.
+    small_options(4 << 20)
 }
 
 /// An image whose log holds far more than the cache: 2,000 rows of 200 bytes, synced, never

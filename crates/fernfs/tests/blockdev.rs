@@ -8,31 +8,15 @@
 //! guards, so a failing test leaves nothing.
 
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use fern_testkit::{skipped, LoopDevice, Need};
 
-fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .expect("run fernfs")
-}
-
-fn ok(args: &[&std::ffi::OsStr]) -> Output {
-    let out = fernfs(args);
-    assert!(
-        out.status.success(),
-        "fernfs {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+mod common;
+use common::{ok, run, MountGuard};
 
 fn refused(args: &[&std::ffi::OsStr], says: &str) {
-    let out = fernfs(args);
+    let out = run(args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "fernfs {args:?} must fail");
     assert!(
@@ -51,15 +35,6 @@ fn usable() -> Result<(), String> {
     Ok(())
 }
 
-/// Unmounts on drop (lazily), whatever mounted it.
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
-
 #[test]
 fn mkfs_mount_and_fsck_on_a_loop_device() {
     if skipped(Need::Fuse, usable()) {
@@ -68,7 +43,7 @@ fn mkfs_mount_and_fsck_on_a_loop_device() {
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let _unmount = Unmount(mnt.clone());
+    let _unmount = MountGuard(mnt.clone());
     let dev = LoopDevice::new(&tmp.path().join("backing"), 160 << 20);
     let (d, m) = (dev.path().as_os_str(), mnt.as_os_str());
 

@@ -1,11 +1,8 @@
 //! `fernfs bench engine` end to end on a tiny size: child processes, table, JSON.
 #![cfg(feature = "bench")]
 
-use std::process::Command;
-
-fn fernfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-}
+mod common;
+use common::{fernfs, interrupt};
 
 #[test]
 fn bench_engine_tiny_run_prints_a_table_and_writes_json() {
@@ -179,12 +176,7 @@ fn sigint_on_bench_removes_its_scratch_data() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = interrupt(child);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("fernfs bench: task 1/"), "{err}");

@@ -13,37 +13,12 @@ use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use fern_etcd::local::{shared_for_tests, unique_prefix};
 
-fn fernfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .expect("run fernfs")
-}
-
-fn ok(args: &[&str]) -> Output {
-    let out = fernfs(args);
-    assert!(
-        out.status.success(),
-        "fernfs {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Detaches the mount on drop, whatever state its daemon is in (EINVAL when it is already
-/// unmounted, which is fine).
-struct MountGuard(PathBuf);
-
-impl Drop for MountGuard {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
+mod common;
+use common::{ok, run, MountGuard};
 
 /// Polls `cond` until it holds or `limit` passes.
 fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -70,7 +45,7 @@ fn two_mounts_of_one_prefix_see_each_others_namespace() {
     };
     let url = etcd.url(&unique_prefix("mount"));
     ok(&["mkfs", &url]);
-    let again = fernfs(&["mkfs", &url]);
+    let again = run(&["mkfs", &url]);
     assert!(
         !again.status.success(),
         "mkfs must refuse a formatted prefix"
@@ -141,7 +116,7 @@ fn two_mounts_of_one_prefix_see_each_others_namespace() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let repair = fernfs(&["fsck", &url, "--repair"]);
+    let repair = run(&["fsck", &url, "--repair"]);
     assert_eq!(repair.status.code(), Some(8), "operational error");
     assert!(String::from_utf8_lossy(&repair.stderr).contains("not supported"));
 }

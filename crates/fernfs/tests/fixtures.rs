@@ -8,27 +8,14 @@
 //! documents how they were made and writes a set of the current format into DIR.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
 
 use fern_fs::path::{OpenOptions, PathFs};
 use fern_fs::{Cred, Fs};
 use fern_kv_tree::TreeStore;
 
-fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .expect("run fernfs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+mod common;
+use common::{run, text, unpack_fixture};
 
 /// The host tree imported into the clean image.
 fn big() -> Vec<u8> {
@@ -37,27 +24,14 @@ fn big() -> Vec<u8> {
 
 const LATE: &[u8] = b"written after the last checkpoint, then the process died\n";
 
-/// Unpacks fixture `name` into `dir` and returns the image's path.
-fn unpack(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.img.zst"));
-    let packed = std::fs::read(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
-    let img = dir.join(format!("{name}.img"));
-    std::fs::write(
-        &img,
-        zstd::decode_all(packed.as_slice()).expect("fixture decompresses"),
-    )
-    .expect("write image");
-    img
-}
-
 /// fsck is clean and export gives exactly the imported tree (plus `late` if `with_late`).
 fn check_fixture(name: &str, with_late: bool) {
     let t = tempfile::tempdir().expect("tempdir");
-    let img = unpack(name, t.path());
-    let out = fernfs(&["fsck".as_ref(), img.as_os_str()]);
+    let img = unpack_fixture(name, t.path());
+    let out = run(&["fsck".as_ref(), img.as_os_str()]);
     assert_eq!(out.status.code(), Some(0), "fsck {name}:\n{}", text(&out));
     let dest = t.path().join("out");
-    let out = fernfs(&["export".as_ref(), img.as_os_str(), dest.as_os_str()]);
+    let out = run(&["export".as_ref(), img.as_os_str(), dest.as_os_str()]);
     assert!(out.status.success(), "export {name}:\n{}", text(&out));
     assert_eq!(std::fs::read(dest.join("a")).expect("a"), b"hello fernfs\n");
     assert_eq!(std::fs::read(dest.join("sub/b")).expect("sub/b"), big());
@@ -111,7 +85,7 @@ fn generate_fs_fixtures() {
         vec!["mkfs".as_ref(), img.as_os_str()],
         vec!["import".as_ref(), src.as_os_str(), img.as_os_str()],
     ] {
-        let o = fernfs(&args);
+        let o = run(&args);
         assert!(o.status.success(), "{}", text(&o));
     }
     let pack = |name: &str| {

@@ -5,35 +5,25 @@
 //! leave the other files alone; an unusable image is exit 8.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
 
 use fern_fs::path::{OpenOptions, PathFs};
-use fern_fs::{schema, Cred, Fs, InodeId, OpenFlags};
+use fern_fs::{schema, Cred, Fs, InodeId};
 use fern_kv::{KvStore, WriteBatch, WriteOptions};
 use fern_kv_tree::TreeStore;
 
-const CACHE: usize = 16 << 20;
+mod common;
+use common::{run, text};
 
-fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+const CACHE: usize = 16 << 20;
 
 fn fsck(img: &Path, repair: bool) -> (i32, String) {
     let mut args: Vec<&std::ffi::OsStr> = vec!["fsck".as_ref(), img.as_os_str()];
     if repair {
         args.push("--repair".as_ref());
     }
-    let out = fernfs(&args);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let out = run(&args);
+    (out.status.code().unwrap_or(-1), text(&out))
 }
 
 /// An image made by `fernfs mkfs`, with a few files every test checks afterwards.
@@ -50,7 +40,7 @@ impl Img {
     fn new() -> Img {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fs.img");
-        let out = fernfs(&["mkfs".as_ref(), path.as_os_str()]);
+        let out = run(&["mkfs".as_ref(), path.as_os_str()]);
         assert!(out.status.success(), "{out:?}");
         let img = Img { _dir: dir, path };
         img.with_fs(|p| {
@@ -109,19 +99,7 @@ impl Img {
 }
 
 fn write(p: &PathFs, path: &[u8], data: &[u8]) {
-    let f = p
-        .open(
-            path,
-            OpenOptions {
-                flags: OpenFlags {
-                    write: true,
-                    ..OpenFlags::default()
-                },
-                create: true,
-                perm: 0o644,
-            },
-        )
-        .unwrap();
+    let f = p.open(path, OpenOptions::create_write(0o644)).unwrap();
     assert_eq!(p.write_at(&f, 0, data).unwrap(), data.len());
     p.close(f).unwrap();
 }

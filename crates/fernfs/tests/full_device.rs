@@ -11,54 +11,25 @@
 use std::fs;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use fern_testkit::{skipped, LoopDevice, Need};
 
+mod common;
+use common::{ok, MountGuard};
+
 const DEVICE: u64 = 64 << 20;
 const FILE: usize = 256 << 10;
-
-fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .expect("run fernfs")
-}
-
-fn ok(args: &[&std::ffi::OsStr]) -> Output {
-    let out = fernfs(args);
-    assert!(
-        out.status.success(),
-        "fernfs {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn usable() -> Result<(), String> {
     fern_testkit::fuse_as_root()?;
     fern_testkit::programs(&["losetup"])
 }
 
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
-
 fn content(i: usize) -> Vec<u8> {
-    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..FILE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    fern_testkit::noise(
+        &mut (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        FILE,
+    )
 }
 
 fn name(mnt: &Path, i: usize) -> PathBuf {
@@ -154,7 +125,7 @@ fn a_full_block_device_refuses_with_enospc_keeps_files_and_recovers_space() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).expect("mkdir");
-    let _unmount = Unmount(mnt.clone());
+    let _unmount = MountGuard(mnt.clone());
     let dev = LoopDevice::new(&tmp.path().join("backing"), DEVICE);
     let (d, m) = (dev.path().as_os_str(), mnt.as_os_str());
     ok(&["mkfs".as_ref(), d]);

@@ -4,15 +4,18 @@
 //! through the file-system library, it reports ENOSPC with its length unchanged, and statfs
 //! reports that size as the capacity.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 
 use fern_fs::path::{OpenOptions, PathFs};
 use fern_fs::{Cred, Fs};
 use fern_kv_tree::TreeStore;
 
-fn fernfs(args: &[&str], target: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
+mod common;
+
+/// `fernfs mkfs ARGS TARGET`.
+fn mkfs(args: &[&str], target: &std::path::Path) -> Output {
+    common::fernfs()
         .arg("mkfs")
         .args(args)
         .arg(target)
@@ -33,7 +36,7 @@ fn size_option_and_presized_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     // --size with a suffix: the image has that length from the start.
     let a = dir.path().join("a.img");
-    let o = fernfs(&["--size", "64M"], &a);
+    let o = mkfs(&["--size", "64M"], &a);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(len(&a), 64 << 20);
     assert!(stderr(&o).contains("67108864 bytes"), "{}", stderr(&o));
@@ -42,11 +45,11 @@ fn size_option_and_presized_files() {
     std::fs::File::create(&b)
         .and_then(|f| f.set_len(1 << 30))
         .expect("truncate -s 1G");
-    let o = fernfs(&[], &b);
+    let o = mkfs(&[], &b);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(len(&b), 1 << 30);
     // Formatting it again is refused, and the message says what is there.
-    let o = fernfs(&[], &b);
+    let o = mkfs(&[], &b);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("contains a fernfs file system") && stderr(&o).contains("--force"),
@@ -54,16 +57,16 @@ fn size_option_and_presized_files() {
         stderr(&o)
     );
     // --force keeps the size; --force --size sets a new one.
-    let o = fernfs(&["--force"], &b);
+    let o = mkfs(&["--force"], &b);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(len(&b), 1 << 30);
-    let o = fernfs(&["--force", "--size", "1T"], &b);
+    let o = mkfs(&["--force", "--size", "1T"], &b);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(len(&b), 1 << 40);
     // Other data: refused with its size named; nothing changed.
     let c = dir.path().join("c.txt");
     std::fs::write(&c, b"precious").expect("write");
-    let o = fernfs(&[], &c);
+    let o = mkfs(&[], &c);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("holds 8 bytes of data that is not a fernfs image"),
@@ -73,7 +76,7 @@ fn size_option_and_presized_files() {
     assert_eq!(std::fs::read(&c).expect("read"), b"precious");
     // Bad sizes are usage errors.
     for bad in ["12x", "0", "1M"] {
-        let o = fernfs(&["--size", bad], &dir.path().join("d.img"));
+        let o = mkfs(&["--size", bad], &dir.path().join("d.img"));
         assert!(!o.status.success(), "--size {bad} accepted");
     }
 }
@@ -83,7 +86,7 @@ fn a_sized_image_never_grows_and_reports_enospc_and_its_capacity() {
     let dir = tempfile::tempdir().expect("tempdir");
     let img = dir.path().join("small.img");
     let size: u64 = 48 << 20;
-    let o = fernfs(&["--size", "48M"], &img);
+    let o = mkfs(&["--size", "48M"], &img);
     assert!(o.status.success(), "{}", stderr(&o));
     let store = TreeStore::open(&img, 16 << 20, fern_fs::registry()).expect("open");
     let fs = Arc::new(Fs::mount(Arc::new(store)).expect("mount"));
@@ -96,16 +99,7 @@ fn a_sized_image_never_grows_and_reports_enospc_and_its_capacity() {
         "available {avail0} of {size}"
     );
     let p = PathFs::new(fs.clone(), Cred::root());
-    // Incompressible (xorshift), so lz4 does not hide the volume.
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let chunk: Vec<u8> = (0..64 << 10)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let chunk = fern_testkit::noise(&mut 0x2545_f491_4f6c_dd1du64, 64 << 10);
     let mut written = 0u64;
     let err = 'fill: loop {
         let name = format!("/f{written}");
@@ -153,7 +147,7 @@ fn deleted_data_gives_its_space_back_to_the_host() {
         let dir = tempfile::tempdir().expect("tempdir");
         let img = dir.path().join("x.img");
         let args: &[&str] = if sized { &["--size", "256M"] } else { &[] };
-        let o = fernfs(args, &img);
+        let o = mkfs(args, &img);
         assert!(o.status.success(), "{}", stderr(&o));
         let on_disk = || std::fs::metadata(&img).expect("stat").blocks() * 512;
         let empty = on_disk();
@@ -170,14 +164,7 @@ fn deleted_data_gives_its_space_back_to_the_host() {
         let p = PathFs::new(fs.clone(), Cred::root());
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for i in 0..40 {
-            let data: Vec<u8> = (0..1 << 20)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let data = fern_testkit::noise(&mut x, 1 << 20);
             let f = p
                 .open(
                     format!("/f{i}").as_bytes(),

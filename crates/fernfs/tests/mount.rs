@@ -10,30 +10,14 @@
 //! the record, `fsck --repair` cuts there and the image is clean again.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fern_testkit::{fuse_available, skipped, Need};
 
-fn fernfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-}
-
-fn run(args: &[&std::ffi::OsStr]) -> Output {
-    fernfs().args(args).output().expect("run fernfs")
-}
-
-fn ok(args: &[&std::ffi::OsStr]) -> Output {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "fernfs {:?} failed: {}",
-        args,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+mod common;
+use common::{fernfs, ok, run, top, Scratch};
 
 /// Kills the daemon serving `img` with SIGKILL and detaches its dead mount at `mnt`.
 fn kill_daemon(img: &Path, mnt: &Path) {
@@ -50,27 +34,6 @@ fn kill_daemon(img: &Path, mnt: &Path) {
     // The dead mount must be detached before the image can be mounted again.
     let _ = run(&["umount".as_ref(), "--lazy".as_ref(), mnt.as_os_str()]);
     let _ = nix::mount::umount2(mnt, nix::mount::MntFlags::MNT_DETACH);
-}
-
-/// Unmounts on drop, lazily, whatever state the daemon is in.
-struct MountGuard(PathBuf);
-
-impl Drop for MountGuard {
-    /// Detaches every mount stacked at the path (a test may leave several).
-    fn drop(&mut self) {
-        for _ in 0..8 {
-            if top(&self.0).is_none() {
-                return;
-            }
-            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-}
-
-/// The topmost mount at `dir`: (type, source).
-fn top(dir: &Path) -> Option<(String, String)> {
-    let table = fern_fuse::mount_table(None).ok()?;
-    fern_fuse::top_mount(&table, dir).map(|e| (e.fs_type.clone(), e.source.clone()))
 }
 
 /// umount(8), as a user or fstab/systemd would unmount: returns when the kernel has
@@ -120,14 +83,10 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let s = Scratch::with_image();
+    let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
-    let _guard = MountGuard(mnt.clone());
 
-    ok(&["mkfs".as_ref(), i]);
     let again = run(&["mkfs".as_ref(), i]);
     assert!(
         !again.status.success(),
@@ -144,7 +103,7 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
 
     // Mount (daemon), use, unmount, remount: persistence.
     ok(&["mount".as_ref(), i, m]);
-    let second = run(&["mount".as_ref(), i, tmp.path().as_os_str()]);
+    let second = run(&["mount".as_ref(), i, s.dir.path().as_os_str()]);
     assert!(
         !second.status.success(),
         "a mounted image must not mount twice"
@@ -178,7 +137,7 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
         synced.push((p, format!("data {n}")));
     }
     fs::write(mnt.join("maybe"), b"not synced").unwrap();
-    kill_daemon(&img, &mnt);
+    kill_daemon(img, mnt);
     let fsck = ok(&["fsck".as_ref(), i]);
     assert!(
         String::from_utf8_lossy(&fsck.stdout).contains("0 problems"),
@@ -225,13 +184,9 @@ fn stat_reports_live_engine_figures_of_a_mount() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let s = Scratch::with_image();
+    let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
-    let _guard = MountGuard(mnt.clone());
-    ok(&["mkfs".as_ref(), i]);
     ok(&["mount".as_ref(), i, m]);
     let before = stat_json(m);
     let e0 = &before["engine"];
@@ -273,7 +228,7 @@ fn stat_reports_live_engine_figures_of_a_mount() {
     assert!(!text.contains("n/a"), "{text}");
     // The virtual attribute is read-only and does not show up among stored ones.
     let set = rustix::fs::setxattr(
-        &mnt,
+        mnt,
         fern_fuse::STATS_XATTR,
         b"x",
         rustix::fs::XattrFlags::empty(),
@@ -302,13 +257,9 @@ fn foreground_mount_exits_cleanly_at_unmount() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let s = Scratch::with_image();
+    let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
-    let _guard = MountGuard(mnt.clone());
-    ok(&["mkfs".as_ref(), i]);
     let mut child = fernfs()
         .args(["mount".as_ref(), "-f".as_ref(), i, m])
         .spawn()
@@ -383,12 +334,10 @@ fn unmounting_fernfs_over_io_uring_leaves_what_is_mounted_beneath_alone() {
 
 /// The body of the two tests above, with `-o transport=TRANSPORT` on every mount.
 fn unmount_safety(transport: &str) {
-    let tmp = tempfile::tempdir().unwrap();
-    let (x, y) = (tmp.path().join("x.img"), tmp.path().join("y.img"));
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let s = Scratch::new();
+    let (x, y) = (s.dir.path().join("x.img"), s.dir.path().join("y.img"));
+    let mnt = s.mnt.clone();
     let m = mnt.as_os_str();
-    let _guard = MountGuard(mnt.clone());
     ok(&["mkfs".as_ref(), x.as_os_str()]);
     ok(&["mkfs".as_ref(), y.as_os_str()]);
     let (xs, ys) = (
@@ -500,13 +449,9 @@ fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let s = Scratch::with_image();
+    let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
-    let _guard = MountGuard(mnt.clone());
-    ok(&["mkfs".as_ref(), i]);
     // Enough data that closing the image (sync, checkpoint) takes a while.
     let fill = |tag: &str| {
         for n in 0..300 {
@@ -516,7 +461,7 @@ fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
     };
     ok(&["mount".as_ref(), i, m]);
     fill("a");
-    plain_umount(&mnt);
+    plain_umount(mnt);
     let fsck = run(&["fsck".as_ref(), i]);
     assert!(
         fsck.status.success(),
@@ -527,7 +472,7 @@ fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
 
     ok(&["mount".as_ref(), i, m]);
     fill("b");
-    plain_umount(&mnt);
+    plain_umount(mnt);
     let again = run(&["mount".as_ref(), i, m]);
     assert!(
         again.status.success(),
@@ -570,14 +515,11 @@ fn mount_t_fuse_fernfs_runs_fernfs_through_mount_fuse() {
     if skipped(Need::Fuse, check) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("mnt");
-    let bin = tmp.path().join("bin");
-    fs::create_dir(&mnt).unwrap();
+    let s = Scratch::with_image();
+    let (img, mnt) = (&s.img, &s.mnt);
+    let bin = s.dir.path().join("bin");
     fs::create_dir(&bin).unwrap();
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_fernfs"), bin.join("fernfs")).unwrap();
-    ok(&["mkfs".as_ref(), img.as_os_str()]);
     let script = format!(
         "set -e; mount --bind '{b}' /usr/local/bin; mount -t fuse.fernfs -o noatime '{i}' '{m}'; \
          findmnt -n -o FSTYPE,SOURCE '{m}'; echo hello > '{m}/hello'; umount '{m}'",
@@ -600,10 +542,9 @@ fn mount_t_fuse_fernfs_runs_fernfs_through_mount_fuse() {
     );
     // The daemon (in that namespace) closes the image; fsck waits for it.
     ok(&["fsck".as_ref(), img.as_os_str()]);
-    let _guard = MountGuard(mnt.clone());
-    ok(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str()]);
+    s.mount(&[]);
     assert_eq!(fs::read(mnt.join("hello")).unwrap(), b"hello\n");
-    ok(&["umount".as_ref(), mnt.as_os_str()]);
+    s.umount();
 }
 
 /// `-o log=PATH`: the daemon (whose stderr is /dev/null) logs its mount and its unmount there.
@@ -612,24 +553,12 @@ fn the_daemon_logs_to_the_log_option_file() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("mnt");
-    let log = tmp.path().join("daemon.log");
-    fs::create_dir(&mnt).unwrap();
-    let _guard = MountGuard(mnt.clone());
-    ok(&["mkfs".as_ref(), img.as_os_str()]);
-    let opt = format!("log={}", log.display());
-    ok(&[
-        "mount".as_ref(),
-        img.as_os_str(),
-        mnt.as_os_str(),
-        "-o".as_ref(),
-        opt.as_ref(),
-    ]);
+    let s = Scratch::with_image();
+    let log = s.dir.path().join("daemon.log");
+    s.mount(&["-o", &format!("log={}", log.display())]);
     let text = fs::read_to_string(&log).unwrap();
     assert!(text.contains("mounted on"), "{text}");
-    ok(&["umount".as_ref(), mnt.as_os_str()]);
+    s.umount();
     let text = fs::read_to_string(&log).unwrap();
     assert!(
         text.contains("unmounted;") && text.contains("closed"),
@@ -678,13 +607,9 @@ fn damaged_log_after_kill_9_is_refused_then_repaired() {
     if skipped(Need::Fuse, fuse_available()) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let s = Scratch::with_image();
+    let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
-    let _guard = MountGuard(mnt.clone());
-    ok(&["mkfs".as_ref(), i]);
     ok(&["mount".as_ref(), i, m]);
     for n in 0..200 {
         fs::write(mnt.join(format!("f{n:03}")), format!("file {n}\n")).unwrap();
@@ -692,12 +617,12 @@ fn damaged_log_after_kill_9_is_refused_then_repaired() {
     let mut last = fs::File::create(mnt.join("last")).unwrap();
     std::io::Write::write_all(&mut last, b"the last file, fsynced\n").unwrap();
     last.sync_all().unwrap();
-    fs::File::open(&mnt).unwrap().sync_all().unwrap();
+    fs::File::open(mnt).unwrap().sync_all().unwrap();
     drop(last);
-    kill_daemon(&img, &mnt);
+    kill_daemon(img, mnt);
 
     // The frames of the log: the region is the image's largest extent.
-    let bytes = fs::read(&img).unwrap();
+    let bytes = fs::read(img).unwrap();
     let opened = fern_tree::blockfile::BlockFile::open(std::sync::Arc::new(
         fern_tree::device::MemDevice::from_bytes(bytes.clone()),
     ))
@@ -722,7 +647,7 @@ fn damaged_log_after_kill_9_is_refused_then_repaired() {
     assert!(frames.len() > 20, "{} record frames", frames.len());
     let victim = frames[frames.len() / 4];
     let lsn = victim - lo; // the log has not wrapped: LSN = offset in the region
-    let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(img).unwrap();
     std::os::unix::fs::FileExt::write_all_at(
         &f,
         &[bytes[victim + 36 + 9] ^ 0x20],

@@ -11,7 +11,6 @@ use std::hash::Hasher;
 use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Arc;
 
 use fern_fs::path::{OpenOptions, PathFs};
@@ -20,36 +19,8 @@ use fern_kv_tree::TreeStore;
 use fern_tree::blockfile::BlockFile;
 use fern_tree::device::MemDevice;
 
-fn fernfs(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .expect("run fernfs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn unpack(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.img.zst"));
-    let packed = std::fs::read(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
-    let img = dir.join(format!("{name}.img"));
-    let raw = zstd::decode_all(packed.as_slice()).expect("fixture decompresses");
-    // Written sparse, as mkfs left it: only the non-zero 4 KiB pages.
-    let f = std::fs::File::create(&img).expect("create image");
-    f.set_len(raw.len() as u64).expect("size");
-    for (i, page) in raw.chunks(4096).enumerate() {
-        if page.iter().any(|&b| b != 0) {
-            f.write_all_at(page, i as u64 * 4096).expect("write page");
-        }
-    }
-    img
-}
+mod common;
+use common::{run, text, unpack_fixture};
 
 /// Everything a write could change: content hash, length, allocated blocks, mtime.
 fn fingerprint(img: &Path) -> (u64, u64, u64, i64, i64) {
@@ -101,15 +72,15 @@ fn flip(img: &Path, at: u64, mask: u8) {
 /// code and output.
 fn read_commands_leave_it_alone(img: &Path, dir: &Path) -> (i32, String) {
     let before = fingerprint(img);
-    let fsck = fernfs(&["fsck".as_ref(), img.as_os_str()]);
+    let fsck = run(&["fsck".as_ref(), img.as_os_str()]);
     assert_eq!(fingerprint(img), before, "fsck changed {}", img.display());
-    let stat = fernfs(&["stat".as_ref(), img.as_os_str()]);
+    let stat = run(&["stat".as_ref(), img.as_os_str()]);
     assert_eq!(fingerprint(img), before, "stat changed {}", img.display());
     let out = dir.join(format!(
         "export-{}",
         img.file_name().expect("name").to_string_lossy()
     ));
-    let export = fernfs(&["export".as_ref(), img.as_os_str(), out.as_os_str()]);
+    let export = run(&["export".as_ref(), img.as_os_str(), out.as_os_str()]);
     assert_eq!(fingerprint(img), before, "export changed {}", img.display());
     // A readable image is read completely by all three.
     if fsck.status.code() == Some(0) {
@@ -123,7 +94,7 @@ fn read_commands_leave_it_alone(img: &Path, dir: &Path) -> (i32, String) {
 fn clean_and_unreplayed_images_are_not_written() {
     let t = tempfile::tempdir().expect("tempdir");
     for name in ["fs-v1-clean", "fs-v1-unreplayed"] {
-        let img = unpack(name, t.path());
+        let img = unpack_fixture(name, t.path());
         let (code, out) = read_commands_leave_it_alone(&img, t.path());
         assert_eq!(code, 0, "{name}:\n{out}");
         assert!(out.contains(" 0 problems"), "{out}");
@@ -137,7 +108,7 @@ fn clean_and_unreplayed_images_are_not_written() {
 #[test]
 fn garbage_header_slot_is_reported_not_written() {
     let t = tempfile::tempdir().expect("tempdir");
-    let img = unpack("fs-v1-clean", t.path());
+    let img = unpack_fixture("fs-v1-clean", t.path());
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&img)
@@ -149,15 +120,15 @@ fn garbage_header_slot_is_reported_not_written() {
     assert!(out.contains("header slot B unreadable"), "{out}");
     assert!(out.contains("using A"), "{out}");
     // --repair rewrites the slot; then the image is clean.
-    let r = fernfs(&["fsck".as_ref(), img.as_os_str(), "--repair".as_ref()]);
+    let r = run(&["fsck".as_ref(), img.as_os_str(), "--repair".as_ref()]);
     assert_eq!(r.status.code(), Some(1), "{}", text(&r));
-    let r = fernfs(&["fsck".as_ref(), img.as_os_str()]);
+    let r = run(&["fsck".as_ref(), img.as_os_str()]);
     assert_eq!(r.status.code(), Some(0), "{}", text(&r));
 }
 
 /// The clean fixture unpacked, and its node blocks, smallest first (the log region left out).
 fn clean_with_nodes(dir: &Path) -> (PathBuf, Vec<fern_tree::blockfile::BlockLoc>) {
-    let img = unpack("fs-v1-clean", dir);
+    let img = unpack_fixture("fs-v1-clean", dir);
     let bytes = std::fs::read(&img).expect("read");
     let bf = BlockFile::open(Arc::new(MemDevice::from_bytes(bytes))).expect("block file");
     let mut blocks: Vec<_> = bf.file.live_blocks().map(|(_, l)| l).collect();
@@ -206,7 +177,7 @@ fn damaged_data_node_names_its_files() {
 /// process lost (handles forgotten; no background threads, so nothing writes afterwards): a
 /// current-format image whose log holds records and sync marks.
 fn killed_image(dir: &Path) -> PathBuf {
-    let img = unpack("fs-v1-clean", dir);
+    let img = unpack_fixture("fs-v1-clean", dir);
     let killed = dir.join("killed.img");
     std::fs::rename(&img, &killed).expect("rename");
     let opts = fern_tree::Options {

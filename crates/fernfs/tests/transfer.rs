@@ -3,19 +3,9 @@
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::process::Command;
 
-fn fernfs(args: &[&std::ffi::OsStr]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "fernfs {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+mod common;
+use common::{fernfs, interrupt, ok};
 
 #[test]
 fn import_then_export_round_trips_a_tree() {
@@ -40,10 +30,10 @@ fn import_then_export_round_trips_a_tree() {
     let img = t.path().join("fs.img");
     let target = format!("{}:/imported/here", img.display());
     let out = t.path().join("out");
-    fernfs(&["mkfs".as_ref(), img.as_os_str()]);
-    fernfs(&["import".as_ref(), src.as_os_str(), target.as_ref()]);
-    fernfs(&["fsck".as_ref(), img.as_os_str()]);
-    fernfs(&["export".as_ref(), target.as_ref(), out.as_os_str()]);
+    ok(&["mkfs".as_ref(), img.as_os_str()]);
+    ok(&["import".as_ref(), src.as_os_str(), target.as_ref()]);
+    ok(&["fsck".as_ref(), img.as_os_str()]);
+    ok(&["export".as_ref(), target.as_ref(), out.as_os_str()]);
 
     assert_eq!(fs::read(out.join("a")).unwrap(), b"hello");
     assert_eq!(fs::read(out.join("sub/big")).unwrap(), big);
@@ -133,15 +123,15 @@ fn import_export_keep_owners_xattrs_special_files_and_holes() {
 
     let img = t.path().join("fs.img");
     let out = t.path().join("out");
-    fernfs(&["mkfs".as_ref(), img.as_os_str()]);
-    fernfs(&["import".as_ref(), src.as_os_str(), img.as_os_str()]);
+    ok(&["mkfs".as_ref(), img.as_os_str()]);
+    ok(&["import".as_ref(), src.as_os_str(), img.as_os_str()]);
     let allocated = fs::metadata(&img).unwrap().blocks() * 512;
     assert!(
         allocated < 40 << 20,
         "a 100 MiB file with one byte took {allocated} bytes of image"
     );
-    fernfs(&["fsck".as_ref(), img.as_os_str()]);
-    fernfs(&["export".as_ref(), img.as_os_str(), out.as_os_str()]);
+    ok(&["fsck".as_ref(), img.as_os_str()]);
+    ok(&["export".as_ref(), img.as_os_str(), out.as_os_str()]);
 
     for name in [
         "owned", "d", "link", "fifo", "d/fifo2", "null", "sock", "sparse",
@@ -208,8 +198,8 @@ fn export_of_a_missing_path_creates_nothing() {
     let t = tempfile::tempdir().unwrap();
     let img = t.path().join("fs.img");
     let out = t.path().join("out");
-    fernfs(&["mkfs".as_ref(), img.as_os_str()]);
-    let r = Command::new(env!("CARGO_BIN_EXE_fernfs"))
+    ok(&["mkfs".as_ref(), img.as_os_str()]);
+    let r = fernfs()
         .arg("export")
         .arg(format!("{}:/no/such/dir", img.display()))
         .arg(&out)
@@ -236,11 +226,11 @@ fn an_interrupted_import_says_what_was_copied_and_leaves_whole_files() {
         fs::write(src.join(format!("f{n:02}")), data).unwrap();
     }
     let img = t.path().join("fs.img");
-    fernfs(&["mkfs".as_ref(), img.as_os_str()]);
+    ok(&["mkfs".as_ref(), img.as_os_str()]);
     // Progress is seen in the image's allocated blocks (its length is set up front).
     let allocated = || fs::metadata(&img).unwrap().blocks() * 512;
     let start_alloc = allocated();
-    let child = Command::new(env!("CARGO_BIN_EXE_fernfs"))
+    let child = fernfs()
         .arg("import")
         .arg(&src)
         .arg(&img)
@@ -252,12 +242,7 @@ fn an_interrupted_import_says_what_was_copied_and_leaves_whole_files() {
         assert!(started.elapsed().as_secs() < 60, "import wrote nothing");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = interrupt(child);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -268,9 +253,9 @@ fn an_interrupted_import_says_what_was_copied_and_leaves_whole_files() {
         err.contains("copied: ") && err.contains("not copied: "),
         "{err}"
     );
-    fernfs(&["fsck".as_ref(), img.as_os_str()]);
+    ok(&["fsck".as_ref(), img.as_os_str()]);
     let out_dir = t.path().join("out");
-    fernfs(&["export".as_ref(), img.as_os_str(), out_dir.as_os_str()]);
+    ok(&["export".as_ref(), img.as_os_str(), out_dir.as_os_str()]);
     let got: Vec<_> = fs::read_dir(&out_dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -32,6 +32,19 @@ pub struct SqliteEngine {
     path: PathBuf,
 }
 
+/// Inserts (or replaces) every row of `batch` in `tx` and commits it.
+fn insert_and_commit(tx: rusqlite::Transaction<'_>, batch: &Batch) -> Result<()> {
+    {
+        let mut st = tx
+            .prepare_cached("INSERT OR REPLACE INTO kv (k, v) VALUES (?1, ?2)")
+            .map_err(err)?;
+        for (k, v) in batch.iter() {
+            st.execute(params![k, v]).map_err(err)?;
+        }
+    }
+    tx.commit().map_err(err)
+}
+
 fn configure(conn: &Connection, cfg: &EngineConfig) -> Result<()> {
     let sync = match cfg.durability {
         Durability::Deferred => "NORMAL",
@@ -70,15 +83,7 @@ impl Committer for SqliteCommitter {
             .0
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
-        {
-            let mut st = tx
-                .prepare_cached("INSERT OR REPLACE INTO kv (k, v) VALUES (?1, ?2)")
-                .map_err(err)?;
-            for (k, v) in batch.iter() {
-                st.execute(params![k, v]).map_err(err)?;
-            }
-        }
-        tx.commit().map_err(err)
+        insert_and_commit(tx, batch)
     }
 }
 
@@ -122,15 +127,7 @@ impl Engine for SqliteEngine {
 
     fn insert_batch(&mut self, batch: &Batch) -> Result<()> {
         let tx = self.conn.transaction().map_err(err)?;
-        {
-            let mut st = tx
-                .prepare_cached("INSERT OR REPLACE INTO kv (k, v) VALUES (?1, ?2)")
-                .map_err(err)?;
-            for (k, v) in batch.iter() {
-                st.execute(params![k, v]).map_err(err)?;
-            }
-        }
-        tx.commit().map_err(err)
+        insert_and_commit(tx, batch)
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {

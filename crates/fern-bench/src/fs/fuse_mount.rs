@@ -106,12 +106,8 @@ pub(crate) fn mounted_at(mp: &Path) -> bool {
     let Ok(mp) = mp.canonicalize() else {
         return false;
     };
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| {
-            t.lines()
-                .filter_map(|l| l.split_whitespace().nth(4))
-                .any(|p| Path::new(&p.replace("\\040", " ")) == mp)
-        })
+    fern_fuse::mount_table(None)
+        .map(|t| t.iter().any(|e| e.mount_point == mp))
         .unwrap_or(false)
 }
 

@@ -298,6 +298,14 @@ fn overview(path: &Path, rows: &[Vec<&Record>], systems: &[String]) -> Result<()
             BLACK.stroke_width(1),
         ))
         .map_err(|e| plot_err("line", e))?;
+    legend_and_write(&mut chart, &root)
+}
+
+/// Draws the legend (upper right) and writes the file: the end of every chart with series.
+fn legend_and_write<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+) -> Result<()> {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -305,8 +313,7 @@ fn overview(path: &Path, rows: &[Vec<&Record>], systems: &[String]) -> Result<()
         .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(|e| plot_err("legend", e))?;
-    root.present().map_err(|e| plot_err("write", e))?;
-    Ok(())
+    root.present().map_err(|e| plot_err("write", e))
 }
 
 /// Rate between sample points at least `total / 40` seconds apart: the raw 10 ms samples are
@@ -385,15 +392,7 @@ fn over_time(path: &Path, series: &[&Series], systems: &[String]) -> Result<()> 
             .label(sys.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| plot_err("legend", e))?;
-    root.present().map_err(|e| plot_err("write", e))?;
-    Ok(())
+    legend_and_write(&mut chart, &root)
 }
 
 #[cfg(test)]

@@ -223,11 +223,10 @@ pub fn cleanup_leftovers(dir: &Path) -> Vec<String> {
     let Ok(dir) = dir.canonicalize() else {
         return done;
     };
-    if let Ok(info) = fs::read_to_string("/proc/self/mountinfo") {
-        let mut points: Vec<PathBuf> = info
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(4))
-            .map(|p| PathBuf::from(p.replace("\\040", " ")))
+    if let Ok(table) = fern_fuse::mount_table(None) {
+        let mut points: Vec<PathBuf> = table
+            .into_iter()
+            .map(|e| e.mount_point)
             .filter(|p| p.starts_with(&dir))
             .collect();
         points.sort();

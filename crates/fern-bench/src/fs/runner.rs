@@ -12,8 +12,7 @@ use super::posix;
 use super::target::FsSystem;
 use super::workloads::{self, FsScenario, FsTaskOutput, FsTaskSpec};
 use super::{FsSizes, FsWorkload};
-use crate::report;
-use crate::runner::{Isolation, Progress, RunOutput};
+use crate::runner::{run_tasks, task_label, Finished, Isolation, Progress, RunOutput, Task};
 use crate::{BenchError, Result};
 
 /// A whole `bench fs` run.
@@ -289,8 +288,13 @@ impl FsBenchConfig {
     }
 }
 
-fn label(t: &FsTaskSpec) -> String {
-    format!("rep {} {} {}", t.rep + 1, t.scenario.label(), t.system)
+impl Task for FsTaskSpec {
+    fn label(&self) -> String {
+        task_label(self.rep, &self.scenario.label(), &self.system)
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 /// Runs every task of `cfg`, then takes medians.
@@ -298,9 +302,7 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
     let mut out = RunOutput::default();
     if let Some(parent) = cfg.dir.parent() {
         for what in posix::sweep_stale_runs(parent) {
-            let n = format!("before the run: {what}");
-            progress.note(&n);
-            out.notes.push(n);
+            out.note(progress, format!("before the run: {what}"));
         }
     }
     std::fs::create_dir_all(&cfg.dir)?;
@@ -315,70 +317,55 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
         }
         None => None,
     };
-    let tasks = cfg.plan();
-    progress.start(tasks.len());
     let pin = cfg.pin && taskset_available();
-    for (i, task) in tasks.iter().enumerate() {
-        let name = label(task);
-        progress.task(i, &name);
-        let _ = std::fs::remove_dir_all(&task.dir);
-        let before = match &cap {
-            Some(c) => {
-                c.reset()?;
-                Some(c.usage()?.oom_kills)
-            }
-            None => None,
-        };
-        let result = match &cfg.isolation {
-            Isolation::InProcess => workloads::run_task(task),
-            Isolation::Subprocess { program, args } => {
-                run_child(program, args, pin, cap.as_ref(), task, &cfg.dir)
-            }
-        };
-        if let (Some(c), Some(kills_before)) = (&cap, before) {
-            // Read back after every task: the cap is only real if the peak stayed under the
-            // limit while the task (daemon included) ran, and reclaim or the OOM killer show
-            // whether the data did not fit.
-            let u = c.usage()?;
-            let n = format!(
-                "{name}: memory cgroup peak {:.1} MiB of the {:.0} MiB cap, limit reached {} \
-                 times, {} processes OOM-killed",
-                u.peak as f64 / (1 << 20) as f64,
-                u.limit as f64 / (1 << 20) as f64,
-                u.failcnt,
-                u.oom_kills.saturating_sub(kills_before)
-            );
-            progress.note(&n);
-            out.notes.push(n);
-        }
-        for what in posix::cleanup_leftovers(&task.dir) {
-            let n = format!("{name}: cleaned up after the task: {what}");
-            progress.note(&n);
-            out.notes.push(n);
-        }
-        let _ = std::fs::remove_dir_all(&task.dir);
-        match result {
-            Ok(t) => {
-                for n in t.notes {
-                    if !out.notes.contains(&n) {
-                        progress.note(&n);
-                        out.notes.push(n);
-                    }
-                }
-                out.samples.extend(t.records);
-                out.series.extend(t.series);
-            }
-            Err(e) => {
-                let msg = format!("{name}: {e}");
-                progress.note(&format!("FAILED {msg}"));
-                out.failures.push(msg);
-            }
-        }
-    }
-    progress.finish();
     let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
-    out.medians = report::medians(&out.samples, &names);
-    Ok(out)
+    run_tasks(
+        &cfg.plan(),
+        &names,
+        out,
+        progress,
+        |task, name, out, progress| {
+            let before = match &cap {
+                Some(c) => {
+                    c.reset()?;
+                    Some(c.usage()?.oom_kills)
+                }
+                None => None,
+            };
+            let result = match &cfg.isolation {
+                Isolation::InProcess => workloads::run_task(task),
+                Isolation::Subprocess { program, args } => {
+                    run_child(program, args, pin, cap.as_ref(), task, &cfg.dir)
+                }
+            };
+            if let (Some(c), Some(kills_before)) = (&cap, before) {
+                // Read back after every task: the cap is only real if the peak stayed under the
+                // limit while the task (daemon included) ran, and reclaim or the OOM killer show
+                // whether the data did not fit.
+                let u = c.usage()?;
+                let n = format!(
+                    "{name}: memory cgroup peak {:.1} MiB of the {:.0} MiB cap, limit reached {} \
+                 times, {} processes OOM-killed",
+                    u.peak as f64 / (1 << 20) as f64,
+                    u.limit as f64 / (1 << 20) as f64,
+                    u.failcnt,
+                    u.oom_kills.saturating_sub(kills_before)
+                );
+                out.note(progress, n);
+            }
+            for what in posix::cleanup_leftovers(&task.dir) {
+                out.note(
+                    progress,
+                    format!("{name}: cleaned up after the task: {what}"),
+                );
+            }
+            Ok(result.map(|t| Finished {
+                records: t.records,
+                notes: t.notes,
+                series: t.series,
+            }))
+        },
+    )
 }
 
 fn run_child(
@@ -400,7 +387,7 @@ fn run_child(
         cmd.env(CGROUP_ENV, c.path());
     }
     cmd.args(args);
-    crate::runner::run_task_process(cmd, task, &task.dir, label(task), scratch)
+    crate::runner::run_task_process(cmd, task, &task.dir, task.label(), scratch)
 }
 
 /// The child side: runs the task described by `spec_json` and writes its output to `out`.

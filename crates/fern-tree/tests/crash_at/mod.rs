@@ -4,11 +4,12 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fern_tree::device::{BlockDevice, CrashDevice};
+use fern_tree::device::{CrashDevice, Gate, GatedDevice};
 use parking_lot::Mutex;
 
-/// Passes calls to a [`CrashDevice`] until mutating call number `crash_at`; there it records the
-/// crash image and fails that call and every later one (the machine is gone).
+/// The gate of a [`CrashDevice`] that passes calls until mutating call number `crash_at`;
+/// there it records the crash image and fails that call and every later one (the machine is
+/// gone).
 #[derive(Debug)]
 pub struct CrashAt {
     inner: Arc<CrashDevice>,
@@ -19,14 +20,16 @@ pub struct CrashAt {
 }
 
 impl CrashAt {
-    pub fn new(inner: Arc<CrashDevice>, crash_at: u64, seed: u64) -> Self {
-        CrashAt {
-            inner,
+    /// `inner` behind a power cut at mutating call `crash_at`.
+    pub fn device(inner: Arc<CrashDevice>, crash_at: u64, seed: u64) -> GatedDevice<CrashAt> {
+        let gate = CrashAt {
+            inner: inner.clone(),
             crash_at,
             seed,
             calls: AtomicU64::new(0),
             image: Mutex::new(None),
-        }
+        };
+        GatedDevice::new(inner, gate)
     }
 
     /// Cuts the power now if it has not been cut yet (the end of a workload).
@@ -38,17 +41,6 @@ impl CrashAt {
         self.calls.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn gate(&self) -> io::Result<()> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        if n == self.crash_at {
-            *self.image.lock() = Some(self.inner.crash_image(self.seed));
-        }
-        if n >= self.crash_at {
-            return Err(io::Error::other("power cut"));
-        }
-        Ok(())
-    }
-
     /// The crash image: taken at the crash point, or now if the workload ended first.
     pub fn image(&self) -> Vec<u8> {
         self.image
@@ -58,48 +50,28 @@ impl CrashAt {
     }
 }
 
-impl BlockDevice for CrashAt {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.set_len(len)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.gate()?;
-        self.inner.sync()
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.gate()?;
-        self.inner.punch_hole(offset, len)
-    }
-    fn capacity(&self) -> io::Result<Option<u64>> {
-        self.inner.capacity()
+impl Gate for CrashAt {
+    fn mutating(&self) -> io::Result<()> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n == self.crash_at {
+            *self.image.lock() = Some(self.inner.crash_image(self.seed));
+        }
+        if n >= self.crash_at {
+            return Err(io::Error::other("power cut"));
+        }
+        Ok(())
     }
 }
 
 /// The seeds a run asks for: `{prefix}_SEED=s` alone, else `{prefix}_SEEDS=n` (default
 /// `default`) seeds from `{prefix}_SEED_BASE=b` (default 0).
 pub fn seeds(prefix: &str, default: u64) -> Vec<u64> {
-    if let Ok(s) = std::env::var(format!("{prefix}_SEED")) {
-        return vec![s.parse().expect("the seed is a number")];
-    }
-    let var = |name: &str, default: u64| {
-        std::env::var(format!("{prefix}_{name}"))
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let (n, base) = (var("SEEDS", default), var("SEED_BASE", 0));
-    (base..base + n).collect()
+    fern_testkit::seeds_from_env(
+        &format!("{prefix}_SEED"),
+        &format!("{prefix}_SEEDS"),
+        &format!("{prefix}_SEED_BASE"),
+        default,
+    )
 }
 
 /// Runs `run` for every seed on up to four threads (a panic is a failure); returns the

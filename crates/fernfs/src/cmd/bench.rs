@@ -73,6 +73,50 @@ pub enum BenchCommand {
     },
 }
 
+/// Options both benchmarks take.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Repetitions (default 3 full, 1 quick); medians are reported.
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Write the median records as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Scratch directory for the databases, images and mount points (default: a directory
+    /// under the system temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Seed of the generated data.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Do not drop the OS page cache before cold reads (it is dropped when running as root).
+    #[arg(long)]
+    pub no_drop_caches: bool,
+}
+
+impl RunArgs {
+    /// Repetitions asked for, else 3 full and 1 quick.
+    fn reps(&self, quick: bool) -> u32 {
+        self.reps.unwrap_or(if quick { 1 } else { 3 })
+    }
+
+    /// The scratch directory asked for, else `NAME-PID` under the system temp dir.
+    fn scratch(&self, name: &str) -> PathBuf {
+        self.dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("{name}-{}", std::process::id())))
+    }
+
+    /// Writes the median records as JSON if `--json` asked for them.
+    fn write_json(&self, medians: &[fern_bench::Record]) -> Result<(), BenchError> {
+        if let Some(path) = &self.json {
+            report::write_json(path, medians)?;
+            eprintln!("wrote {}", path.display());
+        }
+        Ok(())
+    }
+}
+
 /// Options of `fernfs bench engine`.
 #[derive(Debug, Args)]
 pub struct EngineArgs {
@@ -85,15 +129,8 @@ pub struct EngineArgs {
     /// Systems to run (default: every system compiled into this build).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
-    /// Repetitions (default 3 full, 1 quick); medians are reported.
-    #[arg(long)]
-    pub reps: Option<u32>,
-    /// Write the median records as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Scratch directory for the databases (default: a directory under the system temp dir).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Value kinds of E1 (incompressible, text).
     #[arg(long, value_delimiter = ',', default_value = "incompressible,text")]
     pub variants: Vec<String>,
@@ -112,12 +149,6 @@ pub struct EngineArgs {
     /// E9 seconds of committing per thread count (default 10 full, 3 quick).
     #[arg(long)]
     pub commit_seconds: Option<f64>,
-    /// Seed of the generated data.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Do not drop the OS page cache before cold reads (it is dropped when running as root).
-    #[arg(long)]
-    pub no_drop_caches: bool,
     /// Run every task in this process instead of a child process (peak RSS is then shared).
     #[arg(long)]
     pub in_process: bool,
@@ -156,15 +187,8 @@ pub struct FsArgs {
     /// Workloads (F1-F8, F9a, F9b, F9c, F10, F11, F12; F9 = all three; default all).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Repetitions (default 3 full, 1 quick); medians are reported.
-    #[arg(long)]
-    pub reps: Option<u32>,
-    /// Write the median records as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Scratch directory for images and mountpoints (default: under the system temp dir).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Files of the F1 tree (F2, F9b and F10 use it too).
     #[arg(long)]
     pub files: Option<u64>,
@@ -177,12 +201,6 @@ pub struct FsArgs {
     /// Size of F9c's unlinked file, MiB.
     #[arg(long)]
     pub unlink_mib: Option<u64>,
-    /// Seed of the generated data.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Do not drop the page cache before cold phases.
-    #[arg(long)]
-    pub no_drop_caches: bool,
     /// Do not pin tasks to CPU 0 with taskset.
     #[arg(long)]
     pub no_pin: bool,
@@ -277,17 +295,15 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
             "no system left to run (see above)".into(),
         ));
     }
-    let dir = a.dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("fernfs-bench-fs-{}", std::process::id()))
-    });
+    let dir = a.run.scratch("fernfs-bench-fs");
     let cfg = fs::runner::FsBenchConfig {
         systems,
         workloads,
         sizes,
-        reps: a.reps.unwrap_or(if a.quick { 1 } else { 3 }).max(1),
+        reps: a.run.reps(a.quick).max(1),
         dir: dir.clone(),
-        seed: a.seed,
-        drop_caches: !a.no_drop_caches && procinfo::is_root(),
+        seed: a.run.seed,
+        drop_caches: !a.run.no_drop_caches && procinfo::is_root(),
         isolation: Isolation::Subprocess {
             program: std::env::current_exe()?,
             args: vec![OsString::from("bench"), OsString::from("fs-task")],
@@ -312,10 +328,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
             &skipped
         )
     );
-    if let Some(path) = &a.json {
-        report::write_json(path, &out.medians)?;
-        eprintln!("wrote {}", path.display());
-    }
+    a.run.write_json(&out.medians)?;
     if let Some(dir) = &a.plot {
         let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
         // The device limits have their own table; they are not a file system to plot.
@@ -384,9 +397,7 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let dir = a.dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("fernfs-bench-{}", std::process::id()))
-    });
+    let dir = a.run.scratch("fernfs-bench");
     let isolation = if a.in_process {
         Isolation::InProcess
     } else {
@@ -395,15 +406,15 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
             args: vec![OsString::from("bench"), OsString::from("engine-task")],
         }
     };
-    let drop_caches = !a.no_drop_caches;
+    let drop_caches = !a.run.no_drop_caches;
     let cfg = BenchConfig {
         systems,
         workloads,
         variants,
         sizes,
-        reps: a.reps.unwrap_or(if a.quick { 1 } else { 3 }),
+        reps: a.run.reps(a.quick),
         dir: dir.clone(),
-        seed: a.seed,
+        seed: a.run.seed,
         drop_caches,
         isolation,
     };
@@ -456,10 +467,7 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
             println!("- {f}");
         }
     }
-    if let Some(path) = &a.json {
-        report::write_json(path, &out.medians)?;
-        eprintln!("wrote {}", path.display());
-    }
+    a.run.write_json(&out.medians)?;
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! Ctrl-C for the long commands (import, export, bench): SIGINT, SIGTERM and SIGHUP become a
 //! flag that the work loop polls, so it stops at a clean point, removes or names what it left
 //! half done, and says what was and was not done. The signals are blocked in every thread and
-//! taken by one waiting thread (no handler, no unsafe). Child processes start with an empty
-//! mask (std resets it), so they still die of the terminal's Ctrl-C.
+//! taken by one waiting thread (no handler, no unsafe; why not signal-hook: main.rs). Child
+//! processes start with an empty mask (std resets it), so they still die of the terminal's
+//! Ctrl-C.
 //! It owns the flag only; what "clean up" means is each command's.
 
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -243,26 +243,42 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
             &spec.dir.join("fern.img"),
             spec.sizes.fern_cache_bytes,
         )?),
-        sys @ (FsSystem::FernfsFuse | FsSystem::FernfsFuseUring) => {
+        sys @ (FsSystem::FernfsFuse
+        | FsSystem::FernfsFuseUring
+        | FsSystem::NullFuse
+        | FsSystem::NullFuseUring) => {
             if let Some(why) = fuse_unavailable(sys.name()) {
                 return Err(BenchError::Usage(why));
             }
             let exe = std::env::current_exe()?;
-            let m = FuseMount::fernfs(
-                &exe,
-                &spec.dir.join("fern.img"),
-                &spec.dir.join("mnt"),
-                spec.sizes.fern_cache_bytes,
-                sys.transport(),
-            )?;
+            let mnt = spec.dir.join("mnt");
+            let (transport, cache) = (sys.transport(), spec.sizes.fern_cache_bytes);
+            let fernfs = matches!(sys, FsSystem::FernfsFuse | FsSystem::FernfsFuseUring);
+            let (m, daemon, sync_tail) = if fernfs {
+                let m =
+                    FuseMount::fernfs(&exe, &spec.dir.join("fern.img"), &mnt, cache, transport)?;
+                let daemon = format!(
+                    "`fernfs mkfs` + `fernfs mount -f -o cache_size={cache},transport={}` \
+                     (default mount options) by {}",
+                    transport.name(),
+                    exe.display()
+                );
+                let tail = " (FUSE_FSYNCDIR: the whole store durable), syscalls via std::fs/libc";
+                (m, daemon, tail)
+            } else {
+                let m = FuseMount::null(&exe, &spec.dir.join("null.state"), &mnt, transport)?;
+                let daemon = format!(
+                    "`fernfs bench null-fuse --transport {}` (namespace and attributes in \
+                     memory, no data, nothing durable; fern-fuse's mount options, TTLs, \
+                     capabilities and open flags)",
+                    transport.name()
+                );
+                (m, daemon, "; content checks skipped")
+            };
             let about = format!(
-                "{}: `fernfs mkfs` + `fernfs mount -f -o cache_size={},transport={}` (default \
-                 mount options) by {}, daemon on CPUs {}, {}; sync = fsync of the root directory \
-                 (FUSE_FSYNCDIR: the whole store durable), syscalls via std::fs/libc",
+                "{}: {daemon}, daemon on CPUs {}, {}; sync = fsync of the root directory\
+                 {sync_tail}",
                 sys.name(),
-                spec.sizes.fern_cache_bytes,
-                sys.transport().name(),
-                exe.display(),
                 m.daemon_cpus,
                 daemon_memcg(&m)?
             );
@@ -271,36 +287,7 @@ pub fn open_target(spec: &FsTaskSpec) -> Result<Box<dyn FsTarget>> {
                 Box::new(m),
                 about,
                 SyncBy::FsyncRoot,
-                true,
-            ))
-        }
-        sys @ (FsSystem::NullFuse | FsSystem::NullFuseUring) => {
-            if let Some(why) = fuse_unavailable(sys.name()) {
-                return Err(BenchError::Usage(why));
-            }
-            let exe = std::env::current_exe()?;
-            let m = FuseMount::null(
-                &exe,
-                &spec.dir.join("null.state"),
-                &spec.dir.join("mnt"),
-                sys.transport(),
-            )?;
-            let about = format!(
-                "{}: `fernfs bench null-fuse --transport {}` (namespace and attributes in memory, no \
-                 data, nothing durable; fern-fuse's mount options, TTLs, capabilities and open \
-                 flags), daemon on CPUs {}, {}; sync = fsync of the root directory; content \
-                 checks skipped",
-                sys.name(),
-                sys.transport().name(),
-                m.daemon_cpus,
-                daemon_memcg(&m)?
-            );
-            Box::new(PosixTarget::on_mount(
-                sys.name(),
-                Box::new(m),
-                about,
-                SyncBy::FsyncRoot,
-                false,
+                fernfs,
             ))
         }
         sys @ (FsSystem::FernfsEtcd | FsSystem::JuicefsEtcd) => {

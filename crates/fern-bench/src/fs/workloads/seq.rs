@@ -37,15 +37,8 @@ pub(super) fn seq(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutpu
     let closed = t.close(f);
     res?;
     closed?;
-    let mib = bytes >> 20;
-    let mut r = record(
-        spec,
-        FsWorkload::F7,
-        bytes as f64 / 1e6 / timed.as_secs_f64(),
-        "MB/s",
-    );
-    r.metric = Some(format!("{mib} MiB, 1 MiB writes + fsync"));
-    out.records.push(r);
+    out.records
+        .push(f7(spec, bytes, timed, "1 MiB writes + fsync", 0));
 
     cold(spec, t, out)?;
     let f = t.open("big", false)?;
@@ -70,14 +63,26 @@ pub(super) fn seq(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutpu
     let closed = t.close(f);
     res?;
     closed?;
+    out.records
+        .push(f7(spec, bytes, timed, "cold 1 MiB reads", errors));
+    Ok(())
+}
+
+/// An F7 figure: `bytes` moved in `timed`, in MB/s, named by size and `what`.
+fn f7(
+    spec: &FsTaskSpec,
+    bytes: u64,
+    timed: std::time::Duration,
+    what: &str,
+    errors: u64,
+) -> Record {
     let mut r = record(
         spec,
         FsWorkload::F7,
         bytes as f64 / 1e6 / timed.as_secs_f64(),
         "MB/s",
     );
-    r.metric = Some(format!("{mib} MiB, cold 1 MiB reads"));
+    r.metric = Some(format!("{} MiB, {what}", bytes >> 20));
     r.errors = errors;
-    out.records.push(r);
-    Ok(())
+    r
 }
