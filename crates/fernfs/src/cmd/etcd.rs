@@ -15,7 +15,6 @@ use super::image::CmdError;
 /// (docs/distributed.md §7).
 pub const SHARED_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
-
 /// The URL, when `target` is one.
 pub fn url(target: &Path) -> Option<&str> {
     target.to_str().filter(|s| EtcdConfig::is_url(s))
