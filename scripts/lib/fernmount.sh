@@ -1,6 +1,9 @@
 # Shared by the scripts that test a real fernfs mount: builds fernfs, makes a temporary image,
 # mounts it, and always unmounts and removes it on exit. Source it, then call fern_setup
 # [MOUNT_OPTIONS]; it sets $fernfs, $work, $mnt, $img.
+# FERN_ETCD=N (N members, e.g. 3): the file system lives on a private etcd cluster started by
+# scripts/etcd-cluster in $work instead of an image file; $img is then its etcd:// URL, and
+# the mount gets the etcd defaults (docs/distributed.md §7).
 # Skips (exit 0 with a SKIPPED line) when the machine cannot mount FUSE, unless FERN_REQUIRE_FUSE=1.
 
 fern_skip_or_fail() {
@@ -29,6 +32,14 @@ fern_setup() {
   mkdir -p "$mnt"
   trap fern_teardown EXIT
   trap 'exit 130' INT TERM
+  if [ -n "${FERN_ETCD:-}" ]; then
+    local endpoints
+    endpoints=$("$root/scripts/etcd-cluster" start "$work/etcd" "$FERN_ETCD")
+    fern_etcd_dir="$work/etcd"
+    fern_etcd_script="$root/scripts/etcd-cluster"
+    img="etcd://$endpoints/fernfs-test"
+    echo "== file system on etcd: $img" >&2
+  fi
   "$fernfs" mkfs "$img" 2>/dev/null
   if [ -n "${1:-}" ]; then
     "$fernfs" mount "$img" "$mnt" -o "$1"
@@ -66,6 +77,9 @@ fern_teardown() {
   if [ "${fern_mounted:-0}" = 1 ]; then
     "$fernfs" umount "$mnt" 2>/dev/null || "$fernfs" umount --lazy "$mnt" 2>/dev/null \
       || fusermount3 -u -z "$mnt" 2>/dev/null || true
+  fi
+  if [ -n "${fern_etcd_dir:-}" ]; then
+    "$fern_etcd_script" stop "$fern_etcd_dir" >/dev/null 2>&1 || true
   fi
   if [ "${FERN_KEEP:-0}" = 1 ]; then
     echo "kept $work (FERN_KEEP=1)" >&2
