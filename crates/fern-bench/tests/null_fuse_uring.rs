@@ -11,13 +11,11 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fern_bench::fs::null_fuse::NullMount;
 use fern_fuse::uring::{Transport, ENABLE_URING};
-use fern_testkit::Need;
+use fern_testkit::{Need, Watchdog};
 
 /// Puts `enable_uring` back as it was, whatever happens.
 struct Param(String);
@@ -34,23 +32,9 @@ impl Drop for Param {
     }
 }
 
-/// Detaches the mount and aborts if the test hangs (a stalled ring would hang forever).
-fn watchdog(mp: &Path) -> Arc<AtomicBool> {
-    let done = Arc::new(AtomicBool::new(false));
-    let (d, mp) = (done.clone(), mp.to_path_buf());
-    std::thread::spawn(move || {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(180) {
-            if d.load(Ordering::Relaxed) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("watchdog: test hung; detaching {}", mp.display());
-        let _ = fern_fuse::lazy_unmount(&mp);
-        std::process::abort();
-    });
-    done
+/// Detaches the mount (a stalled ring would hang forever).
+fn detach(mp: &Path) {
+    let _ = fern_fuse::lazy_unmount(mp);
 }
 
 /// Creates, writes, lists, renames, links and removes through the mount.
@@ -128,7 +112,7 @@ fn null_fuse_runs_over_io_uring_and_falls_back_when_the_kernel_forbids_it() {
     let mp = dir.path().join("mnt");
     fs::create_dir(&mp).unwrap();
     let state = dir.path().join("state");
-    let done = watchdog(&mp);
+    let watchdog = Watchdog::new(&mp, Duration::from_secs(180), detach);
 
     let m = NullMount::spawn(&mp, &state, Transport::Uring).unwrap();
     assert_eq!(
@@ -157,5 +141,5 @@ fn null_fuse_runs_over_io_uring_and_falls_back_when_the_kernel_forbids_it() {
     exercise(&mp);
     assert_eq!(m.status.ring_requests(), 0);
     m.unmount().unwrap();
-    done.store(true, Ordering::Relaxed);
+    drop(watchdog);
 }

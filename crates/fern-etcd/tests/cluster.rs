@@ -8,7 +8,16 @@ use std::time::{Duration, Instant};
 use fern_etcd::local::{shared_for_tests, LocalEtcd};
 use fern_etcd::EtcdStore;
 use fern_kv::conformance::registry;
-use fern_kv::{Direction, KeyRange, KvError, KvRead, KvStore, WriteBatch, WriteOptions};
+use fern_kv::{
+    Direction, KeyRange, KvError, KvRead, KvResult, KvStore, TreeId, WriteBatch, WriteOptions,
+};
+
+/// Writes row `i` (big-endian key, little-endian value) with a synchronous commit.
+fn put_row(s: &EtcdStore, t: TreeId, i: u32) -> KvResult<()> {
+    let mut b = WriteBatch::new();
+    b.put(t, i.to_be_bytes().to_vec(), i.to_le_bytes().to_vec());
+    s.write(b, WriteOptions::SYNC)
+}
 
 #[test]
 fn leader_killed_nothing_acknowledged_lost_and_the_store_goes_on() {
@@ -20,11 +29,7 @@ fn leader_killed_nothing_acknowledged_lost_and_the_store_goes_on() {
     cfg.timeout = Duration::from_secs(2);
     let s = EtcdStore::connect(&cfg, registry()).expect("connect");
     let t = s.tree("t").expect("tree");
-    let put = |i: u32| {
-        let mut b = WriteBatch::new();
-        b.put(t, i.to_be_bytes().to_vec(), i.to_le_bytes().to_vec());
-        s.write(b, WriteOptions::SYNC)
-    };
+    let put = |i: u32| put_row(&s, t, i);
     for i in 0..50 {
         put(i).expect("write before the kill");
     }
@@ -78,11 +83,7 @@ fn a_write_refused_for_want_of_a_leader_is_resent_until_one_is_elected() {
     cfg.timeout = Duration::from_secs(15);
     let s = EtcdStore::connect(&cfg, registry()).expect("connect");
     let t = s.tree("t").expect("tree");
-    let put = |i: u32| {
-        let mut b = WriteBatch::new();
-        b.put(t, i.to_be_bytes().to_vec(), i.to_le_bytes().to_vec());
-        s.write(b, WriteOptions::SYNC)
-    };
+    let put = |i: u32| put_row(&s, t, i);
     put(0).expect("write with a quorum");
     etcd.kill_member(1).expect("kill -9 member 1");
     etcd.kill_member(2).expect("kill -9 member 2");

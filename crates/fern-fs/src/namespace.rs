@@ -297,6 +297,12 @@ impl Fs {
             }
             inode.stat.nlink += 1;
             inode.stat.ctime = now;
+            // Both names (the old one when the stat moves, and the new one) point at the inode.
+            let linked = Dentry::Linked {
+                id: ino,
+                mode: inode.stat.mode,
+            }
+            .encode();
             let b = txn.batch();
             if let Loc::Entry { parent, name } = &loc {
                 // First extra link: the stat moves out of the entry into the inode tree.
@@ -304,11 +310,7 @@ impl Fs {
                 b.put(
                     self.t.dentry,
                     schema::named_key(*parent, name),
-                    Dentry::Linked {
-                        id: ino,
-                        mode: inode.stat.mode,
-                    }
-                    .encode(),
+                    linked.clone(),
                 );
             } else {
                 let d = StatDelta {
@@ -318,15 +320,7 @@ impl Fs {
                 };
                 self.upsert_stat(b, ino, &Loc::Inode, &d)?;
             }
-            b.put(
-                self.t.dentry,
-                newkey.clone(),
-                Dentry::Linked {
-                    id: ino,
-                    mode: inode.stat.mode,
-                }
-                .encode(),
-            );
+            b.put(self.t.dentry, newkey.clone(), linked);
             let pd = StatDelta {
                 mtime: Some(now),
                 ctime: Some(now),

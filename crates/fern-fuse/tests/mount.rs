@@ -14,9 +14,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fern_fs::{Fs, MkfsOptions};
 use fern_fuse::{MountOptions, Mounted};
@@ -29,7 +29,10 @@ use fern_testkit::{fuse_as_root, fuse_available, skipped, Need};
 /// executable) copies every descriptor the process has open at that moment, including another
 /// test's files on another mount, and until the child execs (or for good, if it does not) that
 /// other mount is busy and its unmount fails with EBUSY — seen under CPU load.
-struct Watchdog(Arc<AtomicBool>, #[allow(dead_code)] MutexGuard<'static, ()>);
+struct Watchdog(
+    #[allow(dead_code)] fern_testkit::Watchdog,
+    #[allow(dead_code)] MutexGuard<'static, ()>,
+);
 
 static ONE_MOUNT_TEST_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -39,28 +42,13 @@ impl Watchdog {
         let serial = ONE_MOUNT_TEST_AT_A_TIME
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let done = Arc::new(AtomicBool::new(false));
-        let d = done.clone();
-        let mp = mountpoint.to_path_buf();
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while start.elapsed() < limit {
-                if d.load(Ordering::Relaxed) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            eprintln!("watchdog: test hung; detaching {}", mp.display());
-            let _ = fern_fuse::lazy_unmount(&mp);
-            std::process::abort();
-        });
-        Watchdog(done, serial)
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        let detach: fn(&Path) = |mp| {
+            let _ = fern_fuse::lazy_unmount(mp);
+        };
+        Watchdog(
+            fern_testkit::Watchdog::new(mountpoint, limit, detach),
+            serial,
+        )
     }
 }
 

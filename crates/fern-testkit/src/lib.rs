@@ -13,6 +13,9 @@ use std::fmt::Display;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A requirement a test can have of the machine; each maps to the variable that declares it
 /// present.
@@ -235,6 +238,37 @@ impl LoopDevice {
 impl Drop for LoopDevice {
     fn drop(&mut self) {
         let _ = Command::new("losetup").arg("-d").arg(&self.0).output();
+    }
+}
+
+/// Stops a hung mount test: unless it is dropped within `limit`, a thread detaches
+/// `mountpoint` with `detach` and aborts the process (a stalled mount would hang the run
+/// forever, and a test thread blocked in the kernel cannot be stopped another way).
+pub struct Watchdog(Arc<AtomicBool>);
+
+impl Watchdog {
+    pub fn new(mountpoint: &Path, limit: Duration, detach: fn(&Path)) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let (d, mp) = (done.clone(), mountpoint.to_path_buf());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while start.elapsed() < limit {
+                if d.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("watchdog: test hung; detaching {}", mp.display());
+            detach(&mp);
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 

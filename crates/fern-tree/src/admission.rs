@@ -11,7 +11,6 @@ use crate::blockfile::{BlockFile, ALIGN};
 use crate::env::{Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, ROOM_ROUNDS};
 use crate::error::{Error, Result};
 use crate::space::{self, Admission, Space};
-use crate::stats::WriteCause;
 
 impl Env {
     /// The space figures statfs reports (format.md, "Space and the reserve").
@@ -169,14 +168,11 @@ impl Env {
                     }
                     moved = true;
                     if ctx.cache.dirty_bytes().saturating_sub(start) >= budget {
-                        return ctx
-                            .cache
-                            .evict(&|n| ctx.write_node(n, WriteCause::Eviction));
+                        return ctx.evict();
                     }
                 }
             }
-            ctx.cache
-                .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
+            ctx.evict()
         })();
         self.poison(r)?;
         Ok(moved)

@@ -86,6 +86,12 @@ impl Ctx<'_> {
         self.bf.lock().free_node(id);
     }
 
+    /// Evicts down to the cache's bound, writing the dirty nodes it drops (the cache keeps C1).
+    pub(crate) fn evict(&self) -> Result<()> {
+        self.cache
+            .evict(&|n| self.write_node(n, WriteCause::Eviction))
+    }
+
     /// Writes a node to a fresh block (copy-on-write); it stays cached, now clean.
     pub(crate) fn write_node(&self, node: &Node, cause: WriteCause) -> Result<()> {
         let bytes = node.encode(self.shape.compression);
@@ -770,123 +776,87 @@ fn is_empty_leaf(node: &Node) -> bool {
 /// Returns (lower pivot, node) pairs; the first piece keeps the original id.
 fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>, Node)> {
     let shape = ctx.shape;
-    let Node {
-        id,
-        height,
-        body,
-        block,
-        dirty,
-        mem,
-    } = node;
-    match body {
-        Body::Leaf { pivots, parts } => {
+    // The [start, end) ranges of parts (leaf) or children (internal) each piece takes.
+    let groups: Vec<(usize, usize)> = match &node.body {
+        Body::Leaf { parts, .. } => {
             let sizes: Vec<usize> = parts
                 .iter()
                 .map(|p| p.get().map_or(0, |b| b.bytes()))
                 .collect();
             let total: usize = sizes.iter().sum();
             if total <= shape.node_bytes || parts.len() < 2 {
-                let body = Body::Leaf { pivots, parts };
-                return vec![(
-                    None,
-                    Node {
-                        id,
-                        height,
-                        body,
-                        block,
-                        dirty,
-                        mem,
-                    },
-                )];
+                return vec![(None, node)];
             }
             let k = total
                 .div_ceil(shape.node_bytes * 3 / 4)
                 .clamp(2, parts.len());
-            let groups = group_by_size(&sizes, k);
-            let mut out = Vec::new();
-            let mut parts = parts.into_iter();
-            let mut first = true;
-            for (start, end) in groups {
-                let ps: Vec<Part<Arc<Basement>>> = parts.by_ref().take(end - start).collect();
-                let pv: Vec<Vec<u8>> = pivots[start..end - 1].to_vec();
-                let lower = if start == 0 {
-                    None
-                } else {
-                    Some(pivots[start - 1].clone())
-                };
-                let nid = if first { id } else { ctx.new_id() };
-                first = false;
-                out.push((
-                    lower,
-                    Node {
-                        id: nid,
-                        height: 0,
-                        body: Body::Leaf {
-                            pivots: pv,
-                            parts: ps,
-                        },
-                        block: None,
-                        dirty: Default::default(),
-                        mem: Default::default(),
-                    },
-                ));
+            group_by_size(&sizes, k)
+        }
+        Body::Internal { children, .. } => {
+            if children.len() <= shape.fanout {
+                return vec![(None, node)];
             }
-            out
+            let n = children.len();
+            let k = n.div_ceil(shape.fanout).max(2);
+            (0..k).map(|g| (g * n / k, (g + 1) * n / k)).collect()
+        }
+    };
+    let lowers: Vec<Option<Vec<u8>>> = {
+        let (Body::Leaf { pivots, .. } | Body::Internal { pivots, .. }) = &node.body;
+        groups
+            .iter()
+            .map(|&(start, _)| (start > 0).then(|| pivots[start - 1].clone()))
+            .collect()
+    };
+    let Node {
+        id, height, body, ..
+    } = node;
+    let bodies: Vec<Body> = match body {
+        Body::Leaf { pivots, parts } => {
+            let mut parts = parts.into_iter();
+            groups
+                .iter()
+                .map(|&(start, end)| Body::Leaf {
+                    pivots: pivots[start..end - 1].to_vec(),
+                    parts: parts.by_ref().take(end - start).collect(),
+                })
+                .collect()
         }
         Body::Internal {
             pivots,
             children,
             bufs,
         } => {
-            if children.len() <= shape.fanout {
-                let body = Body::Internal {
-                    pivots,
-                    children,
-                    bufs,
-                };
-                return vec![(
-                    None,
-                    Node {
-                        id,
-                        height,
-                        body,
-                        block,
-                        dirty,
-                        mem,
-                    },
-                )];
-            }
-            let n = children.len();
-            let k = n.div_ceil(shape.fanout).max(2);
-            let mut out = Vec::new();
             let mut bufs = bufs.into_iter();
-            for g in 0..k {
-                let (start, end) = (g * n / k, (g + 1) * n / k);
-                let lower = if start == 0 {
-                    None
-                } else {
-                    Some(pivots[start - 1].clone())
-                };
-                let nid = if g == 0 { id } else { ctx.new_id() };
-                out.push((
-                    lower,
-                    Node {
-                        id: nid,
-                        height,
-                        body: Body::Internal {
-                            pivots: pivots[start..end - 1].to_vec(),
-                            children: children[start..end].to_vec(),
-                            bufs: bufs.by_ref().take(end - start).collect(),
-                        },
-                        block: None,
-                        dirty: Default::default(),
-                        mem: Default::default(),
-                    },
-                ));
-            }
-            out
+            groups
+                .iter()
+                .map(|&(start, end)| Body::Internal {
+                    pivots: pivots[start..end - 1].to_vec(),
+                    children: children[start..end].to_vec(),
+                    bufs: bufs.by_ref().take(end - start).collect(),
+                })
+                .collect()
         }
-    }
+    };
+    lowers
+        .into_iter()
+        .zip(bodies)
+        .enumerate()
+        .map(|(g, (lower, body))| {
+            let nid = if g == 0 { id } else { ctx.new_id() };
+            (
+                lower,
+                Node {
+                    id: nid,
+                    height,
+                    body,
+                    block: None,
+                    dirty: Default::default(),
+                    mem: Default::default(),
+                },
+            )
+        })
+        .collect()
 }
 
 /// Splits `sizes` into `k` contiguous, non-empty groups of about equal total size.

@@ -260,10 +260,17 @@ impl Wakeup {
     }
 }
 
-/// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
-pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
+/// Runs `round` on its own thread each time the thread is woken with work, until the
+/// environment is dropped, closed or poisoned, or `round` says stop (`false`). One loop for the
+/// checkpoint thread and writeback.rs's thread, so both notice a drop and a close the same way.
+pub(crate) fn spawn_worker(
+    name: &str,
+    inner: Weak<Inner>,
+    sig: Arc<Wakeup>,
+    mut round: impl FnMut(Arc<Inner>) -> bool + Send + 'static,
+) {
     let _ = std::thread::Builder::new()
-        .name("fern-checkpoint".into())
+        .name(name.into())
         .spawn(move || loop {
             if !sig.wait() {
                 if inner.strong_count() == 0 {
@@ -275,20 +282,30 @@ pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
             if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
                 return;
             }
-            let env = Env { inner, _user: None };
-            let Some(_one) = env.inner.ckpt_lock.try_lock() else {
-                continue; // a checkpoint is running; it covers this request
-            };
-            if env.inner.closed.load(Ordering::SeqCst) {
-                return; // closed while this thread waited for the lock
-            }
-            if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
-                return; // poisoned
-            }
-            if env.inner.reclaim_wanted.load(Ordering::Relaxed)
-                && env.reclaim_pass(BACKGROUND_ROUNDS).is_err()
-            {
-                return; // poisoned
+            if !round(inner) {
+                return;
             }
         });
+}
+
+/// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
+pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
+    spawn_worker("fern-checkpoint", inner, sig, |inner| {
+        let env = Env { inner, _user: None };
+        let Some(_one) = env.inner.ckpt_lock.try_lock() else {
+            return true; // a checkpoint is running; it covers this request
+        };
+        if env.inner.closed.load(Ordering::SeqCst) {
+            return false; // closed while this thread waited for the lock
+        }
+        if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
+            return false; // poisoned
+        }
+        if env.inner.reclaim_wanted.load(Ordering::Relaxed)
+            && env.reclaim_pass(BACKGROUND_ROUNDS).is_err()
+        {
+            return false; // poisoned
+        }
+        true
+    });
 }

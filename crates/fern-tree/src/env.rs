@@ -32,7 +32,7 @@ use crate::msg::{Op, UpsertRegistry};
 use crate::node::Node;
 use crate::options::{Durability, Options, RecoveryReport};
 use crate::space::Admission;
-use crate::stats::{self, Counters, Stats, WriteCause};
+use crate::stats::{self, Counters, Stats};
 use crate::tree::{Tree, WriteBatch};
 use crate::wal::{self, LogRecord, Region, Wal};
 use crate::writeback::spawn_writeback;
@@ -623,8 +623,7 @@ impl Env {
                 sig.wake();
             }
         }
-        ctx.cache
-            .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
+        ctx.evict()
     }
 
     pub(crate) fn create_tree_locked(&self, st: &mut State, name: &str) -> usize {
@@ -842,16 +841,11 @@ impl Env {
     ) -> Result<()> {
         self.check_writable()?;
         let mut st = self.inner.state.write();
-        let root = st
-            .trees
-            .get(t.idx)
-            .ok_or_else(|| Error::UnknownTree(t.name.to_string()))?
-            .root;
+        let root = root_of(&st, t)?;
         let ctx = self.ctx();
         let r = f(&ctx, root).and_then(|new_root| {
             st.trees[t.idx].root = new_root;
-            ctx.cache
-                .evict(&|n| ctx.write_node(n, WriteCause::Eviction))
+            ctx.evict()
         });
         self.poison(r)
     }
@@ -863,19 +857,13 @@ impl Env {
         f: impl FnOnce(&Ctx<'_>, NodeId) -> Result<T>,
     ) -> Result<T> {
         let st = self.inner.state.read();
-        let root = st
-            .trees
-            .get(t.idx)
-            .ok_or_else(|| Error::UnknownTree(t.name.to_string()))?
-            .root;
+        let root = root_of(&st, t)?;
         let ctx = self.ctx();
         let r = f(&ctx, root);
         drop(st);
         // Readers evict clean (and, if they must, dirty) nodes so the bound holds for them too.
         if ctx.cache.over_limit() {
-            let ev = ctx
-                .cache
-                .evict(&|n| ctx.write_node(n, WriteCause::Eviction));
+            let ev = ctx.evict();
             self.poison(ev)?;
         }
         r
@@ -897,4 +885,12 @@ pub(crate) fn spawn_flusher(inner: Weak<Inner>, every: Duration) {
                 return;
             }
         });
+}
+
+/// The root of tree `t` in the catalog `st`.
+fn root_of(st: &State, t: &Tree) -> Result<NodeId> {
+    st.trees
+        .get(t.idx)
+        .map(|e| e.root)
+        .ok_or_else(|| Error::UnknownTree(t.name.to_string()))
 }

@@ -18,7 +18,7 @@
 //! between the check that the node is still the cached version and the end of its write, no
 //! one else writes that id or frees the extent being written.
 
-use crate::checkpoint::Wakeup;
+use crate::checkpoint::{spawn_worker, Wakeup};
 use crate::env::Inner;
 use crate::error::Result;
 use crate::stats::WriteCause;
@@ -63,22 +63,13 @@ impl Inner {
 /// Runs writeback rounds when writers ask, until the environment is dropped, closed or
 /// poisoned (a failed write poisons it: E2).
 pub(crate) fn spawn_writeback(inner: Weak<Inner>, sig: Arc<Wakeup>) {
-    let _ = std::thread::Builder::new()
-        .name("fern-writeback".into())
-        .spawn(move || loop {
-            if !sig.wait() {
-                if inner.strong_count() == 0 {
-                    return;
-                }
-                continue;
-            }
-            let Some(inner) = inner.upgrade() else { return };
-            if inner.closed.load(Ordering::Relaxed) || inner.poisoned.lock().is_some() {
-                return;
-            }
-            if let Err(e) = inner.write_back() {
+    spawn_worker("fern-writeback", inner, sig, |inner| {
+        match inner.write_back() {
+            Ok(()) => true,
+            Err(e) => {
                 inner.set_poison(e.to_string());
-                return;
+                false
             }
-        });
+        }
+    });
 }

@@ -18,13 +18,13 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use fern_tree::device::{CrashDevice, MemDevice};
-use fern_tree::{Durability, Env, Options, UpsertId, WriteBatch};
+use fern_tree::{Env, Options, UpsertId, WriteBatch};
 
 mod common;
-use common::{normalized, small_options, Model};
+use common::{normalized, remove_range, small_options, Model};
 
 mod crash_at;
-use crash_at::CrashAt;
+use crash_at::{image_after_cut, CrashAt, History};
 
 type Rng = fern_testkit::SplitMix64;
 
@@ -86,17 +86,7 @@ fn apply_model(m: &mut Model, op: &ModelOp) {
             };
         }
         ModelOp::Range(i, lo, hi) => {
-            let tree = m.entry(t(*i)).or_default();
-            let doomed: Vec<_> = tree
-                .range::<[u8], _>((
-                    Bound::Included(lo.as_slice()),
-                    Bound::Excluded(hi.as_slice()),
-                ))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in doomed {
-                tree.remove(&k);
-            }
+            remove_range(m.entry(t(*i)).or_default(), lo, hi);
         }
     }
 }
@@ -140,10 +130,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let crash_at = rng.below(20 + steps * 2);
     let base = Arc::new(CrashDevice::new());
     let dev = Arc::new(CrashAt::device(base.clone(), crash_at, seed));
-    // states[k] = the model after k batches; `durable` = the last k acknowledged durable.
-    let mut states: Vec<Model> = vec![Model::new()];
-    let mut durable = 0usize;
-    let mut issued = 0usize; // the highest k a crash may leave (includes a batch that failed)
+    let mut hist = History::new(Model::new());
     let mut trees = Vec::new();
     let mut crashed_mid_run = true;
     'run: {
@@ -170,7 +157,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
                     }
                 }
                 let mut batch = WriteBatch::new();
-                let mut model = states[states.len() - 1].clone();
+                let mut model = hist.next_model();
                 for _ in 0..1 + rng.below(4) {
                     let ti = rng.below(trees.len() as u64) as usize;
                     let t = &trees[ti];
@@ -201,29 +188,14 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
                     };
                     apply_model(&mut model, &op);
                 }
-                let d = if rng.below(3) == 0 {
-                    Durability::Sync
-                } else {
-                    Durability::Buffered
-                };
-                states.push(model);
-                issued = states.len() - 1;
-                if env.write_with(batch, d).is_err() {
+                if hist.write(&env, batch, model, &mut rng).is_err() {
                     break 'run;
                 }
-                if d == Durability::Sync {
-                    durable = issued;
-                }
-            } else if r < 85 {
-                if env.sync().is_err() {
-                    break 'run;
-                }
-                durable = issued;
             } else if r < 92 {
-                if env.checkpoint().is_err() {
+                let settle = if r < 85 { Env::sync } else { Env::checkpoint };
+                if hist.settled(settle(&env)).is_err() {
                     break 'run;
                 }
-                durable = issued;
             } else {
                 // A read in the middle (exercises eviction from the read path).
                 let t = &trees[rng.below(trees.len() as u64) as usize];
@@ -237,37 +209,20 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         drop(trees);
         drop(env);
     }
-    let mut image = dev.gate().image();
-    // Half the seeds cut the power again while recovering; recovery must be idempotent (W7).
-    if rng.below(2) == 0 {
-        let second = Arc::new(CrashAt::device(
-            Arc::new(CrashDevice::from_bytes(image.clone())),
-            rng.below(12),
-            seed ^ 0xABCD,
-        ));
-        let env = Env::open_on(second.clone(), opts.clone());
-        second.gate().cut();
-        drop(env);
-        image = second.gate().image();
-    }
+    let image = image_after_cut(&dev, &mut rng, seed, &opts);
     let image_crc = crc32c::crc32c(&image);
     let mem = Arc::new(MemDevice::from_bytes(image));
     let env =
         Env::open_on(mem.clone(), opts.clone()).map_err(|e| format!("recovery failed: {e}"))?;
     let got = contents(&env)?;
-    let Some(k) = (durable..=issued).find(|&k| normalized(&states[k]) == got) else {
-        let near = (0..states.len())
-            .filter(|&k| normalized(&states[k]) == got)
-            .collect::<Vec<_>>();
-        return Err(format!(
-            "recovered state matches no model state in {durable}..={issued} (matches {near:?}); \
-             {} trees, {} rows",
-            got.len(),
-            got.values().map(|t| t.len()).sum::<usize>()
-        ));
-    };
+    let what = format!(
+        "{} trees, {} rows",
+        got.len(),
+        got.values().map(|t| t.len()).sum::<usize>()
+    );
+    let k = hist.recovered(|m| normalized(m) == got, &what)?;
     // The recovered environment keeps working: write, reopen, read it back.
-    let mut model = states[k].clone();
+    let mut model = hist.states[k].clone();
     let t = env.tree(TREES[0]).map_err(|e| e.to_string())?;
     for i in 0..20u32 {
         let k = format!("after{i:03}").into_bytes();
@@ -288,7 +243,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     }
     Ok(Outcome {
         crashed_mid_run,
-        durable,
+        durable: hist.durable,
         recovered: k,
         image_crc,
     })
@@ -311,18 +266,7 @@ fn crash_seeds() {
     let seeds = crash_at::seeds("FERN_CRASH", 1000);
     let (passed, failures) = crash_at::run_seeds(&seeds, run_seed);
     let sum = |f: fn(&Outcome) -> usize| passed.iter().map(f).sum::<usize>();
-    for (seed, e) in &failures {
-        eprintln!(
-            "crash seed {seed} failed: {e}\n  reproduce: FERN_CRASH_SEED={seed} cargo test -p \
-             fern-tree --release --test crash"
-        );
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash seeds failed",
-        failures.len(),
-        seeds.len()
-    );
+    crash_at::assert_all_passed("FERN_CRASH", "crash", &seeds, &failures);
     eprintln!(
         "{} crash seeds passed: {} crashed mid-run; {} batches acknowledged durable, {} recovered",
         seeds.len(),

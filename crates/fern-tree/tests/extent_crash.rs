@@ -22,10 +22,11 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use fern_tree::device::{CrashDevice, MemDevice};
-use fern_tree::{Durability, Env, ExtentRef, Options, Tree, WriteBatch};
+use fern_tree::{Env, ExtentRef, Options, Tree, WriteBatch};
 
+mod common;
 mod crash_at;
-use crash_at::CrashAt;
+use crash_at::{image_after_cut, CrashAt, History};
 
 type Rng = fern_testkit::SplitMix64;
 
@@ -37,16 +38,7 @@ const INLINE: u8 = b'S';
 type Model = BTreeMap<Vec<u8>, (bool, Vec<u8>)>;
 
 fn options(rng: &mut Rng) -> Options {
-    Options {
-        cache_bytes: 64 << 10,
-        node_bytes: 4096,
-        basement_bytes: 512,
-        fanout: 4,
-        log_bytes: [16 << 10, 32 << 10, 64 << 10][rng.below(3) as usize],
-        sync_interval: None,
-        checkpoint_thread: false,
-        ..Options::default()
-    }
+    common::small_options([16 << 10, 32 << 10, 64 << 10][rng.below(3) as usize])
 }
 
 fn key(rng: &mut Rng) -> Vec<u8> {
@@ -164,8 +156,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let crash_at = rng.below(30 + steps * 3);
     let base = Arc::new(CrashDevice::new());
     let dev = Arc::new(CrashAt::device(base, crash_at, seed));
-    let mut states: Vec<Model> = vec![Model::new()];
-    let (mut durable, mut issued) = (0usize, 0usize);
+    let mut hist = History::new(Model::new());
     let mut crashed_mid_run = true;
     'run: {
         let Ok(env) = Env::create_on(dev.clone(), opts.clone()) else {
@@ -179,7 +170,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
             let r = rng.below(100);
             if r < 70 {
                 let mut batch = WriteBatch::new();
-                let mut model = states[states.len() - 1].clone();
+                let mut model = hist.next_model();
                 let mut touched = Vec::new();
                 for _ in 0..1 + rng.below(3) {
                     let k = key(&mut rng);
@@ -242,54 +233,28 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
                                 }
                             }
                             batch.delete_range(&t, &lo, &hi);
-                            let doomed: Vec<_> = model
-                                .range::<[u8], _>((
-                                    Bound::Included(lo.as_slice()),
-                                    Bound::Excluded(hi.as_slice()),
-                                ))
-                                .map(|(k, _)| k.clone())
-                                .collect();
-                            for d in doomed {
-                                touched.push(d.clone());
-                                model.remove(&d);
-                            }
+                            touched.extend(common::remove_range(&mut model, &lo, &hi));
                         }
                     }
                 }
                 if batch.is_empty() {
                     continue;
                 }
-                let d = if rng.below(3) == 0 {
-                    Durability::Sync
-                } else {
-                    Durability::Buffered
-                };
-                states.push(model);
-                issued = states.len() - 1;
-                if let Err(e) = env.write_with(batch, d) {
+                if let Err(e) = hist.write(&env, batch, model, &mut rng) {
                     if matches!(e, fern_tree::Error::InvalidArgument(_)) {
                         return Err(format!("batch refused: {e}"));
                     }
                     break 'run;
                 }
-                if d == Durability::Sync {
-                    durable = issued;
-                }
-            } else if r < 78 {
-                if env.sync().is_err() {
-                    break 'run;
-                }
-                durable = issued;
-            } else if r < 84 {
-                if env.periodic_flush().is_err() {
-                    break 'run;
-                }
-                durable = issued;
             } else if r < 92 {
-                if env.checkpoint().is_err() {
+                let settle = match r {
+                    ..78 => Env::sync,
+                    78..84 => Env::periodic_flush,
+                    _ => Env::checkpoint,
+                };
+                if hist.settled(settle(&env)).is_err() {
                     break 'run;
                 }
-                durable = issued;
             } else {
                 let Ok(rows) = t.range_vec(Bound::Unbounded, Bound::Unbounded) else {
                     break 'run;
@@ -309,18 +274,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         drop(t);
         drop(env);
     }
-    let mut image = dev.gate().image();
-    if rng.below(2) == 0 {
-        let second = Arc::new(CrashAt::device(
-            Arc::new(CrashDevice::from_bytes(image.clone())),
-            rng.below(12),
-            seed ^ 0xABCD,
-        ));
-        let env = Env::open_on(second.clone(), opts.clone());
-        second.gate().cut();
-        drop(env);
-        image = second.gate().image();
-    }
+    let image = image_after_cut(&dev, &mut rng, seed, &opts);
     let mem = Arc::new(MemDevice::from_bytes(image));
     let env =
         Env::open_on(mem.clone(), opts.clone()).map_err(|e| format!("recovery failed: {e}"))?;
@@ -328,17 +282,10 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let t = env.tree("rows").map_err(|e| e.to_string())?;
     let (got, refs) = contents(&env, &t)?;
     check_extents(&env, &refs)?;
-    let Some(k) = (durable..=issued).find(|&k| states[k] == got) else {
-        let near: Vec<usize> = (0..states.len()).filter(|&k| states[k] == got).collect();
-        return Err(format!(
-            "recovered rows match no model state in {durable}..={issued} (matches {near:?}); \
-             {} rows",
-            got.len()
-        ));
-    };
+    let k = hist.recovered(|m| *m == got, &format!("{} rows", got.len()))?;
     // No space handed out twice (X3, X5): free half the rows, checkpoint twice (the freed
     // space returns), fill it with new extents, and every surviving extent must still verify.
-    let mut model = states[k].clone();
+    let mut model = hist.states[k].clone();
     let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
     for (i, k) in keys.iter().enumerate() {
         if i % 2 == 0 {
@@ -390,18 +337,7 @@ fn extent_crash_seeds() {
     let seeds = crash_at::seeds("FERN_EXTENT", 1000);
     let (passed, failures) = crash_at::run_seeds(&seeds, run_seed);
     let sum = |f: fn(&Outcome) -> usize| passed.iter().map(f).sum::<usize>();
-    for (seed, e) in &failures {
-        eprintln!(
-            "extent crash seed {seed} failed: {e}\n  reproduce: FERN_EXTENT_SEED={seed} cargo \
-             test -p fern-tree --release --test extent_crash"
-        );
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} extent crash seeds failed",
-        failures.len(),
-        seeds.len()
-    );
+    crash_at::assert_all_passed("FERN_EXTENT", "extent_crash", &seeds, &failures);
     eprintln!(
         "{} extent crash seeds passed: {} crashed mid-run, {} recoveries cut a torn extent's \
          record (X7), {} live extents verified at the end",

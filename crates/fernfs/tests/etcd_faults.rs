@@ -11,41 +11,22 @@
 
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fern_etcd::local::{shared_for_tests, unique_prefix, LocalEtcd};
 
+mod common;
+use common::{ok, pid_with_args, MountGuard, MountPoints};
+
 fn rounds() -> usize {
     std::env::var("FERN_ETCD_FAULT_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20)
-}
-
-fn ok(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_fernfs"))
-        .args(args)
-        .output()
-        .expect("run fernfs");
-    assert!(
-        out.status.success(),
-        "fernfs {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Detaches the mount on drop, whatever state its daemon is in.
-struct MountGuard(PathBuf);
-
-impl Drop for MountGuard {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-    }
 }
 
 /// The content of workload file `name` (derived from it, a few KiB).
@@ -77,20 +58,8 @@ fn check_acked(dir: &Path, acked: &[String], when: &str) {
 /// The PID of the `fernfs mount … DIR` daemon serving `mp`.
 fn daemon_pid(mp: &Path) -> i32 {
     let want = mp.to_str().expect("utf-8");
-    for e in fs::read_dir("/proc").expect("/proc") {
-        let e = e.expect("entry");
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        if args.contains(&&b"mount"[..]) && args.contains(&want.as_bytes()) {
-            return pid;
-        }
-    }
-    panic!("no fernfs daemon serves {want}");
+    pid_with_args(&[b"mount", want.as_bytes()])
+        .unwrap_or_else(|| panic!("no fernfs daemon serves {want}"))
 }
 
 fn fsck_clean(url: &str) {
@@ -184,12 +153,8 @@ fn a_mount_daemon_killed_loses_nothing_acknowledged_and_the_other_mount_goes_on(
     let etcd = LocalEtcd::start_cluster(3).expect("3-member cluster");
     let url = etcd.url(&unique_prefix("daemonkill"));
     ok(&["mkfs", &url]);
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    fs::create_dir(&a).expect("mkdir a");
-    fs::create_dir(&b).expect("mkdir b");
-    let _ga = MountGuard(a.clone());
-    let _gb = MountGuard(b.clone());
+    let points = MountPoints::two();
+    let (a, b) = (points.a.clone(), points.b.clone());
     ok(&["mount", &url, b.to_str().expect("utf-8")]);
     let mut acked = Vec::new();
     let n = rounds();

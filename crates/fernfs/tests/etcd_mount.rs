@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use fern_etcd::local::{shared_for_tests, unique_prefix};
 
 mod common;
-use common::{ok, run, MountGuard};
+use common::{ok, pid_with_args, run, MountGuard, MountPoints};
 
 /// Polls `cond` until it holds or `limit` passes.
 fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -53,12 +53,8 @@ fn two_mounts_of_one_prefix_see_each_others_namespace() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
     ok(&["mkfs", &url, "--force"]);
 
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    fs::create_dir(&a).expect("mkdir a");
-    fs::create_dir(&b).expect("mkdir b");
-    let _ga = MountGuard(a.clone());
-    let _gb = MountGuard(b.clone());
+    let points = MountPoints::two();
+    let (a, b) = (points.a.clone(), points.b.clone());
     ok(&["mount", &url, a.to_str().expect("utf-8")]);
     ok(&["mount", &url, b.to_str().expect("utf-8")]);
 
@@ -127,8 +123,7 @@ struct TwoMounts {
     url: String,
     a: PathBuf,
     b: PathBuf,
-    _guards: [MountGuard; 2],
-    _tmp: tempfile::TempDir,
+    points: MountPoints,
     // Keeps the private etcd alive as long as the mounts.
     _etcd: &'static fern_etcd::local::LocalEtcd,
 }
@@ -142,19 +137,15 @@ impl TwoMounts {
         let etcd = shared_for_tests()?;
         let url = etcd.url(&unique_prefix(name));
         ok(&["mkfs", &url]);
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-        fs::create_dir(&a).expect("mkdir a");
-        fs::create_dir(&b).expect("mkdir b");
-        let guards = [MountGuard(a.clone()), MountGuard(b.clone())];
+        let points = MountPoints::two();
+        let (a, b) = (points.a.clone(), points.b.clone());
         ok(&["mount", &url, a.to_str().expect("utf-8")]);
         ok(&["mount", &url, b.to_str().expect("utf-8")]);
         Some(TwoMounts {
             url,
             a,
             b,
-            _guards: guards,
-            _tmp: tmp,
+            points,
             _etcd: etcd,
         })
     }
@@ -239,17 +230,11 @@ fn a_new_mount_does_not_free_a_file_another_holds_open() {
         return;
     };
     let data = vec![7u8; 20_000];
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(m.a.join("f"))
-        .expect("create on a");
+    let mut f = create_rw(&m.a.join("f"));
     f.write_all(&data).expect("write");
     fs::remove_file(m.a.join("f")).expect("unlink on a while open");
     // A third mount starts (its orphan cleanup runs) and stops.
-    let c = m._tmp.path().join("c");
+    let c = m.points.dir.path().join("c");
     fs::create_dir(&c).expect("mkdir c");
     let _gc = MountGuard(c.clone());
     ok(&["mount", &m.url, c.to_str().expect("utf-8")]);
@@ -361,23 +346,20 @@ fn a_rename_on_one_mount_is_atomic_on_the_other() {
     m.finish();
 }
 
+/// Creates (or truncates) `path` for reading and writing: a file a test holds open.
+fn create_rw(path: &std::path::Path) -> fs::File {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("create {}: {e}", path.display()))
+}
+
 /// The pid of the daemon serving mountpoint `mp` (started with `-f` and the mountpoint).
 fn daemon_of(mp: &std::path::Path) -> Option<i32> {
-    let want = mp.to_string_lossy().into_owned();
-    for e in fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        let has = |s: &[u8]| args.contains(&s);
-        if has(b"mount") && has(b"-f") && has(want.as_bytes()) {
-            return Some(pid);
-        }
-    }
-    None
+    pid_with_args(&[b"mount", b"-f", mp.to_string_lossy().as_bytes()])
 }
 
 /// §7 rule 3, the other half: a mount killed with SIGKILL while holding an unlinked file open
@@ -388,13 +370,7 @@ fn a_killed_mounts_open_files_are_freed_once_its_lease_expires() {
     let Some(m) = TwoMounts::start("killed") else {
         return;
     };
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(m.a.join("f"))
-        .expect("create on a");
+    let mut f = create_rw(&m.a.join("f"));
     f.write_all(&[9u8; 5000]).expect("write");
     fs::remove_file(m.b.join("f")).expect("unlink on b while a holds it");
     let pid = daemon_of(&m.a).expect("a's daemon");
@@ -406,7 +382,7 @@ fn a_killed_mounts_open_files_are_freed_once_its_lease_expires() {
     drop(f);
     let _ = nix::mount::umount2(&m.a, nix::mount::MntFlags::MNT_DETACH);
     let remount_c = |m: &TwoMounts| {
-        let c = m._tmp.path().join("c");
+        let c = m.points.dir.path().join("c");
         let _ = fs::create_dir(&c);
         let _gc = MountGuard(c.clone());
         ok(&["mount", &m.url, c.to_str().expect("utf-8")]);

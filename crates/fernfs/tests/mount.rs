@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use fern_testkit::{fuse_available, skipped, Need};
 
 mod common;
-use common::{fernfs, ok, run, top, Scratch};
+use common::{fernfs, ok, pid_with_args, run, top, Scratch};
 
 /// Kills the daemon serving `img` with SIGKILL and detaches its dead mount at `mnt`.
 fn kill_daemon(img: &Path, mnt: &Path) {
@@ -49,20 +49,7 @@ fn plain_umount(dir: &Path) {
 /// The pid of the daemon serving `img`.
 fn daemon_pid(img: &Path) -> Option<i32> {
     let img = img.canonicalize().ok()?;
-    for e in fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        let has = |s: &[u8]| args.contains(&s);
-        if has(b"mount") && has(b"-f") && has(img.to_string_lossy().as_bytes()) {
-            return Some(pid);
-        }
-    }
-    None
+    pid_with_args(&[b"mount", b"-f", img.to_string_lossy().as_bytes()])
 }
 
 fn wait_gone(pid: i32, limit: Duration) -> bool {
@@ -80,10 +67,9 @@ fn wait_gone(pid: i32, limit: Duration) -> bool {
 
 #[test]
 fn mkfs_mount_umount_fsck_and_kill_9() {
-    if skipped(Need::Fuse, fuse_available()) {
+    let Some(s) = Scratch::for_mount() else {
         return;
-    }
-    let s = Scratch::with_image();
+    };
     let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
 
@@ -181,10 +167,9 @@ fn stat_json(target: &std::ffi::OsStr) -> serde_json::Value {
 /// unmounted image: the backlog and node counts, no per-mount counters.
 #[test]
 fn stat_reports_live_engine_figures_of_a_mount() {
-    if skipped(Need::Fuse, fuse_available()) {
+    let Some(s) = Scratch::for_mount() else {
         return;
-    }
-    let s = Scratch::with_image();
+    };
     let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
     ok(&["mount".as_ref(), i, m]);
@@ -254,10 +239,9 @@ fn stat_reports_live_engine_figures_of_a_mount() {
 /// without its final checkpoint.
 #[test]
 fn foreground_mount_exits_cleanly_at_unmount() {
-    if skipped(Need::Fuse, fuse_available()) {
+    let Some(s) = Scratch::for_mount() else {
         return;
-    }
-    let s = Scratch::with_image();
+    };
     let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
     let mut child = fernfs()
@@ -446,10 +430,9 @@ fn unmount_safety(transport: &str) {
 /// mounted is still refused at once, naming the mount.
 #[test]
 fn fsck_and_mount_right_after_a_plain_umount_wait_for_the_daemon() {
-    if skipped(Need::Fuse, fuse_available()) {
+    let Some(s) = Scratch::for_mount() else {
         return;
-    }
-    let s = Scratch::with_image();
+    };
     let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
     // Enough data that closing the image (sync, checkpoint) takes a while.
@@ -550,10 +533,9 @@ fn mount_t_fuse_fernfs_runs_fernfs_through_mount_fuse() {
 /// `-o log=PATH`: the daemon (whose stderr is /dev/null) logs its mount and its unmount there.
 #[test]
 fn the_daemon_logs_to_the_log_option_file() {
-    if skipped(Need::Fuse, fuse_available()) {
+    let Some(s) = Scratch::for_mount() else {
         return;
-    }
-    let s = Scratch::with_image();
+    };
     let log = s.dir.path().join("daemon.log");
     s.mount(&["-o", &format!("log={}", log.display())]);
     let text = fs::read_to_string(&log).unwrap();
@@ -604,10 +586,9 @@ fn demo_names_the_host_type_and_prints_the_ratio() {
 /// keeping everything before it, says what it dropped, and the image is clean afterwards.
 #[test]
 fn damaged_log_after_kill_9_is_refused_then_repaired() {
-    if skipped(Need::Fuse, fuse_available()) {
+    let Some(s) = Scratch::for_mount() else {
         return;
-    }
-    let s = Scratch::with_image();
+    };
     let (img, mnt) = (&s.img, &s.mnt);
     let (i, m) = (img.as_os_str(), mnt.as_os_str());
     ok(&["mount".as_ref(), i, m]);

@@ -237,6 +237,18 @@ impl State {
 }
 
 impl Node {
+    /// This directory's entries after readdir offset `offset` as (offset, inode, name): `.` and
+    /// `..` are offsets 1 and 2, then entry k (in name order) has offset k + 3, as fern-fuse
+    /// numbers them.
+    fn entries_after(&self, offset: u64) -> impl Iterator<Item = (u64, u64, &OsStr)> {
+        let skip = offset.saturating_sub(2) as usize;
+        self.children
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .map(|(k, (name, &ino))| (k as u64 + 3, ino, OsStr::from_bytes(name)))
+    }
+
     fn new(dir: bool, perm: u16, parent: u64, uid: u32, gid: u32) -> Node {
         let t = now();
         Node {
@@ -594,8 +606,7 @@ impl Handler for NullFs {
         }
     }
 
-    /// Offsets 1 and 2 are `.` and `..`, then entry k (in name order) has offset k + 3, as
-    /// fern-fuse numbers them.
+    /// Offsets as [`Node::entries_after`] numbers them.
     fn readdir(
         &self,
         _req: &Request,
@@ -612,15 +623,14 @@ impl Handler for NullFs {
             Ok(false) => {}
             full_or_failed => return reply.end(full_or_failed),
         }
-        let skip = offset.saturating_sub(2) as usize;
         // Until the kernel's buffer is full, as fern-fuse fills its replies (Fs::readdir_fill).
-        for (k, (name, &ino)) in d.children.iter().enumerate().skip(skip) {
+        for (off, ino, name) in d.entries_after(offset) {
             let kind = match s.nodes.get(&ino) {
                 Some(n) if n.dir => FileType::Directory,
                 Some(n) if n.symlink.is_some() => FileType::Symlink,
                 _ => FileType::RegularFile,
             };
-            if reply.add(INodeNo(ino), k as u64 + 3, kind, OsStr::from_bytes(name)) {
+            if reply.add(INodeNo(ino), off, kind, name) {
                 break;
             }
         }
@@ -647,12 +657,9 @@ impl Handler for NullFs {
             Ok(false) => {}
             full_or_failed => return reply.end(full_or_failed),
         }
-        let skip = offset.saturating_sub(2) as usize;
-        // Until the kernel's buffer is full, as fern-fuse fills its replies (Fs::readdir_fill).
-        for (k, (name, &ino)) in d.children.iter().enumerate().skip(skip) {
+        for (off, ino, name) in d.entries_after(offset) {
             let Some(a) = s.attr(ino) else { continue };
-            let n = OsStr::from_bytes(name);
-            if reply.add(INodeNo(ino), k as u64 + 3, n, &self.entry_ttl, &a, GEN) {
+            if reply.add(INodeNo(ino), off, name, &self.entry_ttl, &a, GEN) {
                 break;
             }
         }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use fern_tree::blockfile::{BlockFile, BlockLoc};
@@ -46,4 +47,16 @@ pub fn normalized(m: &Model) -> Model {
         .filter(|(_, t)| !t.is_empty())
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
+}
+
+/// Removes the rows of `rows` in `[lo, hi)`, as a range delete does; returns their keys.
+pub fn remove_range<V>(rows: &mut BTreeMap<Vec<u8>, V>, lo: &[u8], hi: &[u8]) -> Vec<Vec<u8>> {
+    let doomed: Vec<Vec<u8>> = rows
+        .range::<[u8], _>((Bound::Included(lo), Bound::Excluded(hi)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in &doomed {
+        rows.remove(k);
+    }
+    doomed
 }

@@ -1,10 +1,14 @@
-//! The power-cut device wrapper shared by the seeded crash tests (crash.rs, extent_crash.rs).
+//! What the seeded crash tests (crash.rs, extent_crash.rs) share: the power-cut device wrapper,
+//! the history of model states a workload issued and acknowledged, the image recovery starts
+//! from (cut again during recovery for half the seeds), and the running and reporting of seeds.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use fern_testkit::SplitMix64;
 use fern_tree::device::{CrashDevice, Gate, GatedDevice};
+use fern_tree::{Durability, Env, Options, WriteBatch};
 use parking_lot::Mutex;
 
 /// The gate of a [`CrashDevice`] that passes calls until mutating call number `crash_at`;
@@ -105,4 +109,118 @@ pub fn run_seeds<O: Send>(
         }
     }
     (ok, failed)
+}
+
+/// The model after each batch a workload issued: `states[k]` is the model after k batches,
+/// `durable` the last k acknowledged durable (W3) and `issued` the highest k a crash may leave
+/// (it includes a batch whose write failed).
+pub struct History<M> {
+    pub states: Vec<M>,
+    pub durable: usize,
+    pub issued: usize,
+}
+
+impl<M: Clone> History<M> {
+    /// A history whose state 0 is `empty`.
+    pub fn new(empty: M) -> Self {
+        History {
+            states: vec![empty],
+            durable: 0,
+            issued: 0,
+        }
+    }
+
+    /// A copy of the model after the last batch issued, for the next batch to change.
+    pub fn next_model(&self) -> M {
+        self.states[self.states.len() - 1].clone()
+    }
+
+    /// Issues `batch`, which takes the model to `model`, as `Sync` for a third of the seeds and
+    /// `Buffered` otherwise (from `rng`); a `Sync` write that returns makes it durable.
+    pub fn write(
+        &mut self,
+        env: &Env,
+        batch: WriteBatch,
+        model: M,
+        rng: &mut SplitMix64,
+    ) -> fern_tree::Result<()> {
+        let d = if rng.below(3) == 0 {
+            Durability::Sync
+        } else {
+            Durability::Buffered
+        };
+        self.states.push(model);
+        self.issued = self.states.len() - 1;
+        env.write_with(batch, d)?;
+        if d == Durability::Sync {
+            self.durable = self.issued;
+        }
+        Ok(())
+    }
+
+    /// Passes on the result of a call that makes every issued batch durable (`sync()`, a
+    /// checkpoint, a log flush), recording that it did when it returned.
+    pub fn settled<E>(&mut self, r: Result<(), E>) -> Result<(), E> {
+        r?;
+        self.durable = self.issued;
+        Ok(())
+    }
+
+    /// The k in `durable..=issued` whose state `same` says recovery left; an error naming the
+    /// states that match otherwise, with `what` recovery left.
+    pub fn recovered(&self, same: impl Fn(&M) -> bool, what: &str) -> Result<usize, String> {
+        let (durable, issued) = (self.durable, self.issued);
+        (durable..=issued)
+            .find(|&k| same(&self.states[k]))
+            .ok_or_else(|| {
+                let near: Vec<usize> = (0..self.states.len())
+                    .filter(|&k| same(&self.states[k]))
+                    .collect();
+                format!(
+                    "recovered state matches no model state in {durable}..={issued} \
+                     (matches {near:?}); {what}"
+                )
+            })
+    }
+}
+
+/// The image recovery starts from after the power cut of `dev`. Half the seeds (by `rng`) cut
+/// the power again while recovering from it, at one of its first 12 mutating calls: recovery
+/// must be idempotent (W7).
+pub fn image_after_cut(
+    dev: &GatedDevice<CrashAt>,
+    rng: &mut SplitMix64,
+    seed: u64,
+    opts: &Options,
+) -> Vec<u8> {
+    let image = dev.gate().image();
+    if rng.below(2) != 0 {
+        return image;
+    }
+    let second = Arc::new(CrashAt::device(
+        Arc::new(CrashDevice::from_bytes(image)),
+        rng.below(12),
+        seed ^ 0xABCD,
+    ));
+    let env = Env::open_on(second.clone(), opts.clone());
+    second.gate().cut();
+    drop(env);
+    second.gate().image()
+}
+
+/// Prints each failed seed with the command that replays it (`{prefix}_SEED=s cargo test -p
+/// fern-tree --release --test {test}`) and fails the test if any seed failed.
+pub fn assert_all_passed(prefix: &str, test: &str, seeds: &[u64], failures: &[(u64, String)]) {
+    for (seed, e) in failures {
+        eprintln!(
+            "{test} seed {seed} failed: {e}\n  reproduce: {prefix}_SEED={seed} cargo test -p \
+             fern-tree --release --test {test}"
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} {test} seeds failed",
+        failures.len(),
+        seeds.len()
+    );
 }

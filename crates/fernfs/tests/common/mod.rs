@@ -73,6 +73,49 @@ pub fn top(dir: &Path) -> Option<(String, String)> {
     fern_fuse::top_mount(&table, dir).map(|e| (e.fs_type.clone(), e.source.clone()))
 }
 
+/// Two empty mount points `a` and `b` in a scratch directory, each detached on drop: for two
+/// mounts of one file system.
+pub struct MountPoints {
+    // Declared first so they drop first: the mounts go before their directory.
+    _guards: [MountGuard; 2],
+    pub a: PathBuf,
+    pub b: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl MountPoints {
+    pub fn two() -> MountPoints {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        std::fs::create_dir(&a).expect("mkdir a");
+        std::fs::create_dir(&b).expect("mkdir b");
+        MountPoints {
+            _guards: [MountGuard(a.clone()), MountGuard(b.clone())],
+            a,
+            b,
+            dir: tmp,
+        }
+    }
+}
+
+/// The pid of a process whose command line holds every one of `args` (a daemon the test
+/// started, found by its mount point or image).
+pub fn pid_with_args(args: &[&[u8]]) -> Option<i32> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let have: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        if args.iter().all(|a| have.contains(a)) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
 /// A scratch directory holding the path of an image `fs.img` (not created) and an empty mount
 /// point `mnt` that is detached when this is dropped.
 pub struct Scratch {
@@ -102,6 +145,15 @@ impl Scratch {
         let s = Scratch::new();
         ok(&["mkfs".as_ref(), s.img.as_os_str()]);
         s
+    }
+
+    /// A scratch directory with an image, for a test that mounts it: `None` when FUSE is not
+    /// available (then the test returns; under `FERN_REQUIRE_FUSE=1` this fails it instead).
+    pub fn for_mount() -> Option<Scratch> {
+        if fern_testkit::skipped(fern_testkit::Need::Fuse, fern_testkit::fuse_available()) {
+            return None;
+        }
+        Some(Scratch::with_image())
     }
 
     /// `fernfs mount IMG MNT EXTRA…`, which must succeed.
