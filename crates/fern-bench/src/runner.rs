@@ -8,6 +8,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use serde::{Deserialize, Serialize};
+
 use crate::data::ValueKind;
 use crate::engine::System;
 use crate::report::{self, Record};
@@ -119,6 +121,12 @@ impl BenchConfig {
 
     /// Every task of the run, in run order: rep, scenario, then system (interleaved).
     pub fn plan(&self) -> Vec<TaskSpec> {
+        let planner = Planner {
+            asked: &self.workloads,
+            sizes: &self.sizes,
+            seed: self.seed,
+            drop_caches: self.drop_caches,
+        };
         let mut tasks = Vec::new();
         for rep in 0..self.reps {
             for scenario in self.scenarios() {
@@ -129,34 +137,11 @@ impl BenchConfig {
                         scenario.label().replace('/', "-"),
                         sys.name()
                     );
-                    tasks.push(TaskSpec {
-                        system: sys.name().to_string(),
-                        scenario,
-                        workloads: self
-                            .workloads
-                            .iter()
-                            .copied()
-                            .filter(|w| scenario.workloads().contains(w))
-                            .collect(),
-                        sizes: self.sizes.clone(),
-                        dir: self.dir.join(dir_name),
-                        seed: self.seed,
-                        drop_caches: self.drop_caches,
-                        rep,
-                    });
+                    tasks.push(planner.task(rep, sys.name(), scenario, self.dir.join(dir_name)));
                 }
             }
         }
         tasks
-    }
-}
-
-impl Task for TaskSpec {
-    fn label(&self) -> String {
-        task_label(self.rep, &self.scenario.label(), &self.system)
-    }
-    fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 
@@ -181,6 +166,84 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> 
 /// "rep 1 E1/incompressible fern-tree": a task as progress and failures name it.
 pub(crate) fn task_label(rep: u32, scenario: &str, system: &str) -> String {
     format!("rep {} {scenario} {system}", rep + 1)
+}
+
+/// A benchmark's scenario, as planning and the task loop see it (the engine's [`Scenario`] and
+/// the file system's `FsScenario`).
+pub trait PlannedScenario: Copy {
+    /// The workload names of this benchmark.
+    type Workload: Copy + PartialEq + 'static;
+    /// Short label for progress and directory names.
+    fn label(self) -> String;
+    /// The workloads this scenario measures.
+    fn workloads(self) -> &'static [Self::Workload];
+}
+
+/// Everything a child process needs to run one task of either benchmark: `Sc` its scenario, `W`
+/// its workload names, `Z` its sizes (sent to the child as JSON).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Spec<Sc, W, Z> {
+    /// System name.
+    pub system: String,
+    /// What to run.
+    pub scenario: Sc,
+    /// Which of the scenario's workloads to report (the others run only as set-up).
+    pub workloads: Vec<W>,
+    /// Sizes.
+    pub sizes: Z,
+    /// An empty directory for the database, image(s) and mountpoint (created if missing).
+    pub dir: PathBuf,
+    /// Seed of all generated data.
+    pub seed: u64,
+    /// Drop the OS page cache before cold phases (needs root).
+    pub drop_caches: bool,
+    /// Repetition number, for the records.
+    pub rep: u32,
+}
+
+/// What every task of one run shares: the workloads asked for, the sizes, the seed.
+pub(crate) struct Planner<'a, W, Z> {
+    pub asked: &'a [W],
+    pub sizes: &'a Z,
+    pub seed: u64,
+    pub drop_caches: bool,
+}
+
+impl<W: Copy + PartialEq + 'static, Z: Clone> Planner<'_, W, Z> {
+    /// The task of `system` running `scenario` in repetition `rep`, in `dir`: it reports the
+    /// asked-for workloads the scenario has.
+    pub(crate) fn task<Sc: PlannedScenario<Workload = W>>(
+        &self,
+        rep: u32,
+        system: &str,
+        scenario: Sc,
+        dir: PathBuf,
+    ) -> Spec<Sc, W, Z> {
+        Spec {
+            system: system.to_string(),
+            scenario,
+            workloads: self
+                .asked
+                .iter()
+                .copied()
+                .filter(|w| scenario.workloads().contains(w))
+                .collect(),
+            sizes: self.sizes.clone(),
+            dir,
+            seed: self.seed,
+            drop_caches: self.drop_caches,
+            rep,
+        }
+    }
+}
+
+impl<Sc: PlannedScenario, W, Z> Task for Spec<Sc, W, Z> {
+    fn label(&self) -> String {
+        task_label(self.rep, &self.scenario.label(), &self.system)
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 /// A task of either benchmark, as the task loop sees it.

@@ -14,7 +14,7 @@
 //! records' `errors` field, never hidden. Timed regions include the engine's final `sync`
 //! where the workload ends in a state that must be durable (E1 overall, E4, E5, E6).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -188,25 +188,17 @@ impl Scenario {
     }
 }
 
-/// Everything a child process needs to run one task.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TaskSpec {
-    /// System name.
-    pub system: String,
-    /// What to run.
-    pub scenario: Scenario,
-    /// Which of the scenario's workloads to report (the others run only as set-up).
-    pub workloads: Vec<Workload>,
-    /// Sizes.
-    pub sizes: Sizes,
-    /// An empty directory for the database (created if missing).
-    pub dir: PathBuf,
-    /// Seed of all generated data.
-    pub seed: u64,
-    /// Drop the OS page cache before the cold-read phase (needs root).
-    pub drop_caches: bool,
-    /// Repetition number, for the records.
-    pub rep: u32,
+/// Everything a child process needs to run one engine task.
+pub type TaskSpec = crate::runner::Spec<Scenario, Workload, Sizes>;
+
+impl crate::runner::PlannedScenario for Scenario {
+    type Workload = Workload;
+    fn label(self) -> String {
+        Scenario::label(self)
+    }
+    fn workloads(self) -> &'static [Workload] {
+        Scenario::workloads(self)
+    }
 }
 
 /// What one task measured.

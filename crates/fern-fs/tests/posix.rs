@@ -1602,10 +1602,16 @@ fn st_blocks_counts_stored_blocks_of_sparse_files() {
 /// Issue 13 (fernfs's request path): a small read is point reads, not a range scan; a node
 /// this mount made answers the kernel's `security.capability` check, listxattr and chmod's
 /// ACL check without a read; rmdir of a directory this mount made checks emptiness without
-/// a scan. Each still sees what is stored once it changes.
+/// a scan. Each still sees what is stored once it changes. On a store other mounts write
+/// (etcd) none of this may be remembered: there every check reads, and only the answers are
+/// checked.
 #[test]
 fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
     let e = env();
+    let sole = fern_kv::KvStore::session(&*e.store)
+        .expect("session")
+        .is_none();
+    let cheap = e.store.inner.point_reads_cheap();
     e.p.mkdir(b"/fresh", 0o755).expect("mkdir");
     let dir = e.p.stat(b"/fresh").expect("stat").ino;
     e.fs.lookup(fern_fs::InodeId::ROOT, b"fresh").expect("pin");
@@ -1622,7 +1628,9 @@ fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
     let scans = e.store.scans();
     let got = e.fs.read(f.ino, 100, 3 * bs as u32).expect("read");
     assert_eq!(got, data[100..100 + 3 * bs]);
-    assert_eq!(e.store.scans() - scans, 0, "a 4-block read scanned");
+    if cheap {
+        assert_eq!(e.store.scans() - scans, 0, "a 4-block read scanned");
+    }
     // A store with a round trip per read (etcd) gets one scan instead of four reads.
     e.store
         .remote
@@ -1650,11 +1658,18 @@ fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
         ..SetAttr::default()
     };
     e.fs.set_attributes_as(&cred, f.ino, &chmod).expect("chmod");
-    assert_eq!(
-        e.store.reads() - reads,
-        0,
-        "xattr checks of a node made here read the store"
-    );
+    if sole {
+        assert_eq!(
+            e.store.reads() - reads,
+            0,
+            "xattr checks of a node made here read the store"
+        );
+    } else {
+        assert!(
+            e.store.reads() - reads >= 3,
+            "a shared store's xattr checks must read what other mounts may have set"
+        );
+    }
     // Once attributes exist they are read: a named entry makes the ACL stored, and chmod
     // rewrites its mask.
     e.fs.setxattr(f.ino, b"user.k", b"v", 0).expect("setxattr");
@@ -1693,9 +1708,11 @@ fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
     assert_eq!(err(e.fs.rmdir(dir, b"sub")), libc::ENOTEMPTY);
     e.fs.unlink(sub.ino, b"g").expect("unlink");
     e.fs.rmdir(dir, b"sub").expect("rmdir");
-    assert_eq!(
-        e.store.scans() - scans,
-        0,
-        "rmdir of a directory made here scanned"
-    );
+    if sole {
+        assert_eq!(
+            e.store.scans() - scans,
+            0,
+            "rmdir of a directory made here scanned"
+        );
+    }
 }

@@ -51,7 +51,7 @@ pub struct MountOptions {
     /// Keep a file's page cache across opens (FOPEN_KEEP_CACHE). Right when this mount is the
     /// only writer; a mount of a shared store (etcd) turns it off, so every open drops what
     /// the kernel cached and reads what other mounts wrote before (close-to-open,
-    /// docs/distributed.md §7). Not a `-o` option: set by whoever opens the store.
+    /// docs/distributed.md §7). `-o keep_cache` / `-o no_keep_cache` override the default.
     pub keep_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
@@ -218,6 +218,8 @@ impl MountOptions {
                 "nodefault_permissions" => self.default_permissions = false,
                 "writeback_cache" => self.writeback_cache = true,
                 "no_writeback_cache" => self.writeback_cache = false,
+                "keep_cache" => self.keep_cache = true,
+                "no_keep_cache" => self.keep_cache = false,
                 "entry_timeout" => self.entry_ttl = secs(val)?,
                 "attr_timeout" => self.attr_ttl = secs(val)?,
                 "negative_timeout" => self.negative_ttl = secs(val)?,
@@ -285,6 +287,14 @@ impl MountOptions {
                 "writeback_cache"
             } else {
                 "no_writeback_cache"
+            }
+            .into(),
+        );
+        v.push(
+            if self.keep_cache {
+                "keep_cache"
+            } else {
+                "no_keep_cache"
             }
             .into(),
         );

@@ -12,7 +12,7 @@ use super::posix;
 use super::target::FsSystem;
 use super::workloads::{self, FsScenario, FsTaskOutput, FsTaskSpec};
 use super::{FsSizes, FsWorkload};
-use crate::runner::{run_tasks, task_label, Finished, Isolation, Progress, RunOutput, Task};
+use crate::runner::{run_tasks, Finished, Isolation, Planner, Progress, RunOutput, Task};
 use crate::{BenchError, Result};
 
 /// A whole `bench fs` run.
@@ -248,6 +248,12 @@ impl FsBenchConfig {
 
     /// Every task, in run order: repetition, scenario, then system (interleaved).
     pub fn plan(&self) -> Vec<FsTaskSpec> {
+        let planner = Planner {
+            asked: &self.workloads,
+            sizes: &self.sizes,
+            seed: self.seed,
+            drop_caches: self.drop_caches,
+        };
         let mut tasks = Vec::new();
         for rep in 0..self.reps {
             if self.limits {
@@ -264,36 +270,14 @@ impl FsBenchConfig {
             }
             for scenario in self.scenarios() {
                 for sys in &self.systems {
-                    tasks.push(FsTaskSpec {
-                        system: sys.name().to_string(),
-                        scenario,
-                        workloads: self
-                            .workloads
-                            .iter()
-                            .copied()
-                            .filter(|w| scenario.workloads().contains(w))
-                            .collect(),
-                        sizes: self.sizes.clone(),
-                        dir: self
-                            .dir
-                            .join(format!("{}-{}-{}", rep, scenario.label(), sys.name())),
-                        seed: self.seed,
-                        drop_caches: self.drop_caches,
-                        rep,
-                    });
+                    let dir = self
+                        .dir
+                        .join(format!("{}-{}-{}", rep, scenario.label(), sys.name()));
+                    tasks.push(planner.task(rep, sys.name(), scenario, dir));
                 }
             }
         }
         tasks
-    }
-}
-
-impl Task for FsTaskSpec {
-    fn label(&self) -> String {
-        task_label(self.rep, &self.scenario.label(), &self.system)
-    }
-    fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

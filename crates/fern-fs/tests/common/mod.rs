@@ -73,33 +73,63 @@ pub fn mem_store(registry: UpdateRegistry, limits: Limits) -> Box<dyn KvStore> {
 /// are also counted apart.
 pub struct CountingStore {
     pub inner: Box<dyn KvStore>,
-    pub reads: AtomicUsize,
-    pub scans: AtomicUsize,
+    counts: Counts,
     /// Claim expensive point reads, as a remote store (etcd) does.
     pub remote: std::sync::atomic::AtomicBool,
+}
+
+/// The read counters of a [`CountingStore`], shared with its transactions: every read through
+/// either goes through [`Counts::get`] or [`Counts::scan`].
+#[derive(Default)]
+struct Counts {
+    reads: AtomicUsize,
+    scans: AtomicUsize,
+}
+
+impl Counts {
+    fn get(
+        &self,
+        r: &(impl KvRead + ?Sized),
+        tree: TreeId,
+        key: &[u8],
+    ) -> KvResult<Option<Vec<u8>>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        r.get(tree, key)
+    }
+
+    fn scan(
+        &self,
+        r: &(impl KvRead + ?Sized),
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.scans.fetch_add(1, Ordering::SeqCst);
+        r.scan(tree, range, dir, limit)
+    }
 }
 
 impl CountingStore {
     pub fn new(inner: Box<dyn KvStore>) -> Self {
         Self {
             inner,
-            reads: AtomicUsize::new(0),
-            scans: AtomicUsize::new(0),
+            counts: Counts::default(),
             remote: std::sync::atomic::AtomicBool::new(false),
         }
     }
     pub fn reads(&self) -> usize {
-        self.reads.load(Ordering::SeqCst)
+        self.counts.reads.load(Ordering::SeqCst)
     }
     pub fn scans(&self) -> usize {
-        self.scans.load(Ordering::SeqCst)
+        self.counts.scans.load(Ordering::SeqCst)
     }
 }
 
 impl KvRead for CountingStore {
     fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(tree, key)
+        self.counts.get(&*self.inner, tree, key)
     }
     fn scan(
         &self,
@@ -108,9 +138,7 @@ impl KvRead for CountingStore {
         dir: Direction,
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.scans.fetch_add(1, Ordering::SeqCst);
-        self.inner.scan(tree, range, dir, limit)
+        self.counts.scan(&*self.inner, tree, range, dir, limit)
     }
 }
 
@@ -124,8 +152,7 @@ impl KvStore for CountingStore {
     fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
         Ok(Box::new(CountingTxn {
             inner: self.inner.begin()?,
-            reads: &self.reads,
-            scans: &self.scans,
+            counts: &self.counts,
         }))
     }
     fn sync(&self) -> KvResult<()> {
@@ -150,14 +177,12 @@ impl KvStore for CountingStore {
 
 struct CountingTxn<'a> {
     inner: Box<dyn KvTxn + 'a>,
-    reads: &'a AtomicUsize,
-    scans: &'a AtomicUsize,
+    counts: &'a Counts,
 }
 
 impl KvRead for CountingTxn<'_> {
     fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(tree, key)
+        self.counts.get(&*self.inner, tree, key)
     }
     fn scan(
         &self,
@@ -166,9 +191,7 @@ impl KvRead for CountingTxn<'_> {
         dir: Direction,
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.scans.fetch_add(1, Ordering::SeqCst);
-        self.inner.scan(tree, range, dir, limit)
+        self.counts.scan(&*self.inner, tree, range, dir, limit)
     }
 }
 

@@ -135,25 +135,17 @@ impl FsScenario {
     }
 }
 
-/// Everything a child process needs to run one task.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FsTaskSpec {
-    /// System name.
-    pub system: String,
-    /// What to run.
-    pub scenario: FsScenario,
-    /// Which of the scenario's workloads to report (F1 always runs when the tree is needed).
-    pub workloads: Vec<FsWorkload>,
-    /// Sizes.
-    pub sizes: FsSizes,
-    /// An empty directory for the image(s) and mountpoint (created if missing).
-    pub dir: PathBuf,
-    /// Seed of all generated data.
-    pub seed: u64,
-    /// Drop the OS page cache before cold phases (needs root).
-    pub drop_caches: bool,
-    /// Repetition number.
-    pub rep: u32,
+/// Everything a child process needs to run one file-system task.
+pub type FsTaskSpec = crate::runner::Spec<FsScenario, FsWorkload, FsSizes>;
+
+impl crate::runner::PlannedScenario for FsScenario {
+    type Workload = FsWorkload;
+    fn label(self) -> String {
+        FsScenario::label(self)
+    }
+    fn workloads(self) -> &'static [FsWorkload] {
+        FsScenario::workloads(self)
+    }
 }
 
 /// What one task measured.
