@@ -108,9 +108,13 @@ pub(crate) fn classify(e: Error, endpoints: &str) -> Failure {
                 let cause = std::error::Error::source(&s).map(chain).unwrap_or_default();
                 let why = format!("{msg}: {cause}");
                 if endpoints.starts_with("http://")
-                    && (why.contains("broken pipe") || why.contains("connection closed"))
+                    && (why.contains("broken pipe")
+                        || why.contains("connection closed")
+                        || why.contains("connection reset"))
                 {
-                    // What a TLS server does to a client that speaks plain HTTP/2 to it.
+                    // What a TLS server does to a client that speaks plain HTTP/2 to it: close
+                    // the connection or reset it, depending on when it reads the bytes. Only a
+                    // hint: the failure stays `unavailable`, resent like any other.
                     return unavailable(format!(
                         "{why} (if the cluster serves https, give `ca` in the etcd client \
                          configuration)"
