@@ -138,11 +138,7 @@ impl Fs {
     pub fn mount(kv: Arc<dyn KvStore>) -> FsResult<Fs> {
         let mut fs = Self::mount_read_only(kv)?;
         fs.read_only = false;
-        if fs.is_shared() {
-            fs.clean_shared_orphans()?;
-        } else {
-            fs.clean_orphans()?;
-        }
+        fs.clean_orphans()?;
         Ok(fs)
     }
 
@@ -196,21 +192,44 @@ impl Fs {
         &self.kv
     }
 
+    /// Mount-time cleanup: frees every orphan (a file unlinked while open when its last mount
+    /// stopped) that no session holds open — on a sole writer, every orphan, since
+    /// `held_open` is then false without a read. One transaction per page of orphans, sized so
+    /// its deletes (4 per orphan) and its reads (2 per orphan) fit the store's limits: resumable,
+    /// each step idempotent, and a registration landing meanwhile on a shared store conflicts
+    /// it. Orphans still held are left to their holders' last close or to a later mount.
     fn clean_orphans(&self) -> FsResult<()> {
-        let range = fern_kv::KeyRange::all();
+        let per_page = self
+            .kv
+            .limits()
+            .max_ops
+            .map_or(64, |m| (m / 4).clamp(1, 64));
+        let mut range = fern_kv::KeyRange::all();
         loop {
-            // Each page is freed in its own batch: resumable, and each step is idempotent.
-            let page = self
-                .kv
-                .scan(self.t.orphan, &range, fern_kv::Direction::Forward, 64)?;
-            if page.is_empty() {
+            let page =
+                self.kv
+                    .scan(self.t.orphan, &range, fern_kv::Direction::Forward, per_page)?;
+            let Some((last, _)) = page.last() else {
                 return Ok(());
-            }
-            let mut b = WriteBatch::new();
-            for (k, _) in &page {
-                self.free_inode(&mut b, schema::parse_id_key(k)?);
-            }
-            self.kv.write(b, WriteOptions::NO_SYNC.freeing(0))?;
+            };
+            range.lo = std::ops::Bound::Excluded(last.clone());
+            let ids = page
+                .iter()
+                .map(|(k, _)| schema::parse_id_key(k))
+                .collect::<FsResult<Vec<_>>>()?;
+            fern_kv::transact_opts(&*self.kv, &self.policy, |txn| {
+                let mut opts = WriteOptions::NO_SYNC;
+                for &ino in &ids {
+                    if txn.get(self.t.orphan, &schema::id_key(ino))?.is_none()
+                        || self.held_open(&*txn, ino, None)?
+                    {
+                        continue;
+                    }
+                    self.free_inode(txn.batch(), ino);
+                    opts = WriteOptions::NO_SYNC.freeing(0);
+                }
+                Ok::<_, FsError>(((), opts))
+            })?;
         }
     }
 

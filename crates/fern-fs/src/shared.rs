@@ -9,8 +9,9 @@
 //!   while any registration exists — read in the same optimistic transaction, so a
 //!   registration that lands concurrently conflicts it and it reruns;
 //! * the last close on a mount frees an orphan no other mount holds;
-//! * mount-time cleanup frees only orphans with no registration left (the holders closed it
-//!   or died: a dead mount's session ends and its registrations with it).
+//! * mount-time cleanup (fs.rs `clean_orphans`, through `held_open`) frees only orphans with
+//!   no registration left (the holders closed it or died: a dead mount's session ends and its
+//!   registrations with it).
 //!
 //! It owns the registration keys and these three rules; it must never free a file another
 //! session holds open. Directories are not registered: a removed directory has no data to
@@ -118,38 +119,5 @@ impl Fs {
             2,
         )?;
         Ok(regs.iter().any(|(k, _)| Some(k.as_slice()) != except))
-    }
-
-    /// Mount-time cleanup on a shared store: frees each orphan that no session holds open, one
-    /// transaction per orphan (its registrations read in it); orphans still held are left to
-    /// their holders' last close or to a later mount.
-    pub(crate) fn clean_shared_orphans(&self) -> FsResult<()> {
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let range = match &after {
-                Some(k) => KeyRange {
-                    lo: std::ops::Bound::Excluded(k.clone()),
-                    hi: std::ops::Bound::Unbounded,
-                },
-                None => KeyRange::all(),
-            };
-            let page = self
-                .kv
-                .scan(self.t.orphan, &range, Direction::Forward, 64)?;
-            let Some((last, _)) = page.last() else {
-                return Ok(());
-            };
-            after = Some(last.clone());
-            for (k, _) in &page {
-                let ino = schema::parse_id_key(k)?;
-                transact_opts(&*self.kv, &self.policy, |txn| {
-                    if txn.get(self.t.orphan, k)?.is_none() || self.held_open(&*txn, ino, None)? {
-                        return Ok(((), WriteOptions::NO_SYNC));
-                    }
-                    self.free_inode(txn.batch(), ino);
-                    Ok::<_, FsError>(((), WriteOptions::NO_SYNC.freeing(0)))
-                })?;
-            }
-        }
     }
 }

@@ -328,6 +328,33 @@ fn orphans_are_freed_at_mount_after_a_crash() {
     assert_eq!(e.keys_in("fs.inode"), 1);
 }
 
+/// More orphans than one transaction of a store with etcd's limits (128 ops, 4 per freed
+/// orphan) can free: mount-time cleanup pages them to fit, on a sole writer as on a shared store.
+#[test]
+fn many_orphans_are_freed_at_mount_within_the_store_limits() {
+    let limits = fern_kv::Limits {
+        max_ops: Some(128),
+        ..fern_kv::Limits::EMBEDDED
+    };
+    let e = common::env_limited(fern_fs::MkfsOptions::default(), limits);
+    let mut abandoned = Vec::new();
+    for i in 0..70 {
+        let path = format!("/f{i}");
+        put(&e, &path, &[3u8; 5000]);
+        abandoned.push(
+            e.p.open(path.as_bytes(), OpenOptions::default())
+                .expect("open"),
+        );
+        e.p.unlink(path.as_bytes()).expect("unlink");
+    }
+    assert_eq!(e.keys_in("fs.orphan"), 70);
+    let e = e.remount();
+    assert_eq!(e.keys_in("fs.orphan"), 0);
+    assert_eq!(e.keys_in("fs.data"), 0);
+    assert_eq!(e.keys_in("fs.inode"), 1);
+    drop(abandoned);
+}
+
 #[test]
 fn truncate_down_then_up_reads_zeros() {
     let e = env();

@@ -153,6 +153,28 @@ reply_type!(
     fuser::ReplyDirectoryPlus
 );
 
+/// How a listing ends, the same for readdir and readdirplus.
+macro_rules! listing_end {
+    ($($name:ident),*) => {$(
+        impl $name<'_> {
+            /// Sends what was added.
+            pub fn ok(self) {
+                self.0.answer(|r| r.ok(), |_| {})
+            }
+
+            /// Sends what was added, or the error.
+            pub fn end<T>(self, r: Result<T, Errno>) {
+                match r {
+                    Ok(_) => self.ok(),
+                    Err(e) => self.error(e),
+                }
+            }
+        }
+    )*};
+}
+
+listing_end!(ReplyDirectory, ReplyDirectoryPlus);
+
 impl ReplyEmpty<'_> {
     /// Success.
     pub fn ok(self) {
@@ -303,14 +325,6 @@ impl ReplyDirectory<'_> {
         Ok(offset < 2 && self.add(parent()?, 2, FileType::Directory, ".."))
     }
 
-    /// Sends what was added, or the error.
-    pub fn end<T>(self, r: Result<T, Errno>) {
-        match r {
-            Ok(_) => self.ok(),
-            Err(e) => self.error(e),
-        }
-    }
-
     /// Adds an entry; true when the kernel's buffer is full (the entry was not added).
     pub fn add<T: AsRef<OsStr>>(
         &mut self,
@@ -327,11 +341,6 @@ impl ReplyDirectory<'_> {
                     .dirent(limit, ino.0, offset, kind, name.as_ref().as_bytes())
             }
         }
-    }
-
-    /// Sends what was added.
-    pub fn ok(self) {
-        self.0.answer(|r| r.ok(), |_| {})
     }
 }
 
@@ -353,14 +362,6 @@ impl ReplyDirectoryPlus<'_> {
             }
         }
         Ok(false)
-    }
-
-    /// Sends what was added, or the error.
-    pub fn end<T>(self, r: Result<T, Errno>) {
-        match r {
-            Ok(_) => self.ok(),
-            Err(e) => self.error(e),
-        }
     }
 
     /// Adds an entry with its attributes; true when the kernel's buffer is full (the entry
@@ -388,10 +389,5 @@ impl ReplyDirectoryPlus<'_> {
                 !s.out.dirent(limit, ino.0, offset, attr.kind, name)
             }
         }
-    }
-
-    /// Sends what was added.
-    pub fn ok(self) {
-        self.0.answer(|r| r.ok(), |_| {})
     }
 }

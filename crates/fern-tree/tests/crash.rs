@@ -263,13 +263,11 @@ fn a_seed_replays_exactly() {
 
 #[test]
 fn crash_seeds() {
-    let seeds = crash_at::seeds("FERN_CRASH", 1000);
-    let (passed, failures) = crash_at::run_seeds(&seeds, run_seed);
+    let passed = crash_at::run_all("FERN_CRASH", "crash", 1000, run_seed);
     let sum = |f: fn(&Outcome) -> usize| passed.iter().map(f).sum::<usize>();
-    crash_at::assert_all_passed("FERN_CRASH", "crash", &seeds, &failures);
     eprintln!(
         "{} crash seeds passed: {} crashed mid-run; {} batches acknowledged durable, {} recovered",
-        seeds.len(),
+        passed.len(),
         sum(|o| o.crashed_mid_run as usize),
         sum(|o| o.durable),
         sum(|o| o.recovered)

@@ -334,14 +334,12 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
 
 #[test]
 fn extent_crash_seeds() {
-    let seeds = crash_at::seeds("FERN_EXTENT", 1000);
-    let (passed, failures) = crash_at::run_seeds(&seeds, run_seed);
+    let passed = crash_at::run_all("FERN_EXTENT", "extent_crash", 1000, run_seed);
     let sum = |f: fn(&Outcome) -> usize| passed.iter().map(f).sum::<usize>();
-    crash_at::assert_all_passed("FERN_EXTENT", "extent_crash", &seeds, &failures);
     eprintln!(
         "{} extent crash seeds passed: {} crashed mid-run, {} recoveries cut a torn extent's \
          record (X7), {} live extents verified at the end",
-        seeds.len(),
+        passed.len(),
         sum(|o| o.crashed_mid_run as usize),
         sum(|o| o.torn_cut as usize),
         sum(|o| o.extents_checked)

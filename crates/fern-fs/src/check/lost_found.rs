@@ -49,6 +49,23 @@ impl LostFound {
         }
     }
 
+    /// The two writes that put directory `id` in lost+found as `#id` with entry value `value`:
+    /// its entry there, and its `..`.
+    pub(super) fn put_dir(&self, id: u64, value: Vec<u8>) -> [Fix; 2] {
+        [
+            Fix::Put(
+                Tree::Dentry,
+                schema::named_key(InodeId(self.target), &lf_name(id)),
+                value,
+            ),
+            Fix::Put(
+                Tree::Dirparent,
+                schema::id_key(InodeId(id)),
+                self.target.to_be_bytes().to_vec(),
+            ),
+        ]
+    }
+
     /// The finding that creates /lost+found, if a repair needs it and it is missing.
     pub(super) fn create_if_needed(&self, c: &mut Ctx) {
         let root = InodeId::ROOT.0;

@@ -4,13 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::index::{Home, Index};
-use super::lost_found::{lf_name, LostFound};
+use super::lost_found::LostFound;
 use super::scan::Scan;
 use super::{new_dir_stat, Ctx, Fix, Tree, ST_STRUCTURE};
 use crate::attr::FileType;
 use crate::ids::InodeId;
 use crate::record::{Dentry, Inode};
-use crate::schema;
 
 /// S1: each decoded entry against its parent and the inode it names; entries in a directory
 /// that does not exist.
@@ -101,18 +100,7 @@ pub(super) fn check_entries(s: &Scan, ix: &Index, c: &mut Ctx, lf: &mut LostFoun
             };
             Some((
                 format!("recreate directory {p} as /lost+found/#{p}"),
-                vec![
-                    Fix::Put(
-                        Tree::Dentry,
-                        schema::named_key(InodeId(lf.target), &lf_name(p)),
-                        d.encode(),
-                    ),
-                    Fix::Put(
-                        Tree::Dirparent,
-                        schema::id_key(InodeId(p)),
-                        lf.target.to_be_bytes().to_vec(),
-                    ),
-                ],
+                lf.put_dir(p, d.encode()).to_vec(),
             ))
         };
         c.push(
@@ -187,19 +175,10 @@ pub(super) fn check_cycles(s: &Scan, ix: &Index, c: &mut Ctx, lf: &mut LostFound
             };
             Some((
                 format!("move directory {victim} to /lost+found/#{victim}"),
-                vec![
-                    Fix::Delete(Tree::Dentry, e.key.clone()),
-                    Fix::Put(
-                        Tree::Dentry,
-                        schema::named_key(InodeId(lf.target), &lf_name(victim)),
-                        v,
-                    ),
-                    Fix::Put(
-                        Tree::Dirparent,
-                        schema::id_key(InodeId(victim)),
-                        lf.target.to_be_bytes().to_vec(),
-                    ),
-                ],
+                {
+                    let [entry, dotdot] = lf.put_dir(victim, v);
+                    vec![Fix::Delete(Tree::Dentry, e.key.clone()), entry, dotdot]
+                },
             ))
         };
         c.push(

@@ -73,27 +73,24 @@ pub(super) fn check_unnamed(s: &Scan, ix: &Index, c: &mut Ctx, lf: &mut LostFoun
             None
         } else {
             lf.need = true;
-            let key = schema::named_key(InodeId(lf.target), &lf_name(id));
             let ops = if kind == Some(FileType::Directory) {
                 // Directories always live inline in their entry.
                 let d = Dentry::Inline {
                     id: InodeId(id),
                     inode: rec.clone(),
                 };
+                let [entry, dotdot] = lf.put_dir(id, d.encode());
                 vec![
-                    Fix::Put(Tree::Dentry, key, d.encode()),
+                    entry,
                     Fix::Delete(Tree::Inode, schema::id_key(InodeId(id))),
-                    Fix::Put(
-                        Tree::Dirparent,
-                        schema::id_key(InodeId(id)),
-                        lf.target.to_be_bytes().to_vec(),
-                    ),
+                    dotdot,
                 ]
             } else {
                 let d = Dentry::Linked {
                     id: InodeId(id),
                     mode: rec.stat.mode,
                 };
+                let key = schema::named_key(InodeId(lf.target), &lf_name(id));
                 vec![Fix::Put(Tree::Dentry, key, d.encode())]
             };
             Some((format!("move it to /lost+found/#{id}"), ops))

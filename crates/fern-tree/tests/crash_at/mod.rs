@@ -67,9 +67,24 @@ impl Gate for CrashAt {
     }
 }
 
+/// A seeded crash test: runs `run` for the seeds `{prefix}_SEED*` select (default
+/// `0..default`, see [`seeds`]), fails the test naming every failed seed with the command that
+/// replays it, and returns the outcomes (one per seed, all passed).
+pub fn run_all<O: Send>(
+    prefix: &str,
+    test: &str,
+    default: u64,
+    run: impl Fn(u64) -> Result<O, String> + Sync,
+) -> Vec<O> {
+    let seeds = seeds(prefix, default);
+    let (passed, failures) = run_seeds(&seeds, run);
+    assert_all_passed(prefix, test, &seeds, &failures);
+    passed
+}
+
 /// The seeds a run asks for: `{prefix}_SEED=s` alone, else `{prefix}_SEEDS=n` (default
 /// `default`) seeds from `{prefix}_SEED_BASE=b` (default 0).
-pub fn seeds(prefix: &str, default: u64) -> Vec<u64> {
+fn seeds(prefix: &str, default: u64) -> Vec<u64> {
     fern_testkit::seeds_from_env(
         &format!("{prefix}_SEED"),
         &format!("{prefix}_SEEDS"),
@@ -80,7 +95,7 @@ pub fn seeds(prefix: &str, default: u64) -> Vec<u64> {
 
 /// Runs `run` for every seed on up to four threads (a panic is a failure); returns the
 /// outcomes of the seeds that passed and `(seed, why)` for the others, by seed.
-pub fn run_seeds<O: Send>(
+fn run_seeds<O: Send>(
     seeds: &[u64],
     run: impl Fn(u64) -> Result<O, String> + Sync,
 ) -> (Vec<O>, Vec<(u64, String)>) {
@@ -210,7 +225,7 @@ pub fn image_after_cut(
 
 /// Prints each failed seed with the command that replays it (`{prefix}_SEED=s cargo test -p
 /// fern-tree --release --test {test}`) and fails the test if any seed failed.
-pub fn assert_all_passed(prefix: &str, test: &str, seeds: &[u64], failures: &[(u64, String)]) {
+fn assert_all_passed(prefix: &str, test: &str, seeds: &[u64], failures: &[(u64, String)]) {
     for (seed, e) in failures {
         eprintln!(
             "{test} seed {seed} failed: {e}\n  reproduce: {prefix}_SEED={seed} cargo test -p \
