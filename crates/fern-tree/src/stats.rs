@@ -73,6 +73,9 @@ pub struct WorkStats {
     pub flushed_bytes: u64,
     /// Nodes a writer had to read from the device (not in the cache).
     pub writer_reads: u64,
+    /// Of the flushes above, those the background root drain ran (drain.rs) rather than a
+    /// writer inside its batch.
+    pub drained_flushes: u64,
 }
 
 impl Stats {
@@ -124,6 +127,7 @@ pub(crate) struct Counters {
     internal_flushes: AtomicU64,
     flushed_bytes: AtomicU64,
     writer_reads: AtomicU64,
+    drained_flushes: AtomicU64,
 }
 
 /// Why a node block is written.
@@ -163,6 +167,16 @@ impl Counters {
         self.writer_reads.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts flushes the background root drain ran.
+    pub(crate) fn drained(&self, flushes: u64) {
+        self.drained_flushes.fetch_add(flushes, Ordering::Relaxed);
+    }
+
+    /// Flushes of any kind so far (leaf and internal).
+    pub(crate) fn flushes(&self) -> u64 {
+        self.leaf_flushes.load(Ordering::Relaxed) + self.internal_flushes.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn work(&self) -> WorkStats {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         WorkStats {
@@ -176,6 +190,7 @@ impl Counters {
             internal_flushes: l(&self.internal_flushes),
             flushed_bytes: l(&self.flushed_bytes),
             writer_reads: l(&self.writer_reads),
+            drained_flushes: l(&self.drained_flushes),
         }
     }
 

@@ -35,6 +35,17 @@ impl Inner {
         self.cache.used_bytes() as usize > self.cache.limit() / 10 * CLEAN_FROM
     }
 
+    /// Wakes the writeback thread, if there is one and the cache is full enough.
+    pub(crate) fn wake_writeback(&self) {
+        if let Some(sig) = self
+            .writeback_signal
+            .as_ref()
+            .filter(|_| self.wants_writeback())
+        {
+            sig.wake();
+        }
+    }
+
     /// Writes the dirty leaves eviction would write next: those among the least recently used
     /// unheld leaves that hold the cache's memory above [`CLEAN_FROM`]. Only those: a leaf
     /// cleaned too early is often dirtied again by a flush before it is evicted, and then
