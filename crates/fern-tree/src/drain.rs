@@ -11,7 +11,7 @@
 use std::sync::{Arc, Weak};
 
 use crate::betree;
-use crate::checkpoint::{spawn_worker, Wakeup};
+use crate::checkpoint::{spawn_poisoning_worker, Wakeup};
 use crate::env::Inner;
 use crate::error::Result;
 use std::sync::atomic::Ordering;
@@ -52,13 +52,5 @@ impl Inner {
 /// Runs root drains when writers ask, until the environment is dropped, closed or poisoned (a
 /// failed flush poisons it: E2).
 pub(crate) fn spawn_drain(inner: Weak<Inner>, sig: Arc<Wakeup>) {
-    spawn_worker("fern-drain", inner, sig, |inner| {
-        match inner.drain_roots() {
-            Ok(()) => true,
-            Err(e) => {
-                inner.set_poison(e.to_string());
-                false
-            }
-        }
-    });
+    spawn_poisoning_worker("fern-drain", inner, sig, Inner::drain_roots);
 }
