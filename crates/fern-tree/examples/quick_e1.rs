@@ -153,11 +153,12 @@ fn print_work(s: &fern_tree::Stats) {
         mb(s.message_bytes),
     );
     println!(
-        "flushes: {} into leaves, {} into internal nodes ({} by the root drain), {:.0} MiB moved; writer reads {}; device read {:.0} MiB",
+        "flushes: {} into leaves, {} into internal nodes ({} by the root drain), {:.0} MiB moved ({:.0} MiB into leaves); writer reads {}; device read {:.0} MiB",
         w.leaf_flushes,
         w.internal_flushes,
         w.drained_flushes,
         mb(w.flushed_bytes),
+        mb(w.leaf_flushed_bytes),
         w.writer_reads,
         mb(s.device.bytes_read),
     );

@@ -71,6 +71,9 @@ pub struct WorkStats {
     pub internal_flushes: u64,
     /// Message bytes those flushes moved.
     pub flushed_bytes: u64,
+    /// Of those, the bytes moved into leaves (with `leaf_flushes`: how much a leaf flush
+    /// changes, against the leaf it rewrites).
+    pub leaf_flushed_bytes: u64,
     /// Nodes a writer had to read from the device (not in the cache).
     pub writer_reads: u64,
     /// Of the flushes above, those the background root drain ran (drain.rs) rather than a
@@ -126,6 +129,7 @@ pub(crate) struct Counters {
     leaf_flushes: AtomicU64,
     internal_flushes: AtomicU64,
     flushed_bytes: AtomicU64,
+    leaf_flushed_bytes: AtomicU64,
     writer_reads: AtomicU64,
     drained_flushes: AtomicU64,
 }
@@ -160,6 +164,10 @@ impl Counters {
         n.fetch_add(1, Ordering::Relaxed);
         self.flushed_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
+        if into_leaf {
+            self.leaf_flushed_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+        }
     }
 
     /// Counts a node a writer read from the device.
@@ -189,6 +197,7 @@ impl Counters {
             leaf_flushes: l(&self.leaf_flushes),
             internal_flushes: l(&self.internal_flushes),
             flushed_bytes: l(&self.flushed_bytes),
+            leaf_flushed_bytes: l(&self.leaf_flushed_bytes),
             writer_reads: l(&self.writer_reads),
             drained_flushes: l(&self.drained_flushes),
         }
