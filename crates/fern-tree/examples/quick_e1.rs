@@ -27,39 +27,31 @@ fn main() {
     };
     let env = Env::create(&path, opts.clone()).unwrap();
     let t = env.tree("e1").unwrap();
-    let mut x: u64 = 0x9E3779B97F4A7C15;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    // QUICK_E1_THREADS=k: k writer threads insert n/k rows each (writers overlapping).
+    let threads: u64 = std::env::var("QUICK_E1_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let start = Instant::now();
-    let mut last = Instant::now();
-    let mut v = vec![0u8; 100];
-    for b in 0..n / 1000 {
-        let mut batch = WriteBatch::new();
-        for _ in 0..1000 {
-            let k = [rnd().to_be_bytes(), rnd().to_be_bytes()].concat();
-            for c in v.chunks_mut(8) {
-                let r = rnd().to_le_bytes();
-                c.copy_from_slice(&r[..c.len()]);
-            }
-            batch.insert(&t, &k, &v);
-        }
-        env.write(batch).unwrap();
-        if (b + 1) % 100 == 0 && (b + 1) * 1000 >= n - n / 10 && last.elapsed().as_secs() > 0 {
-            last = Instant::now();
-        }
-    }
+    let writers: Vec<_> = (0..threads)
+        .map(|w| {
+            let (env, t) = (env.clone(), t.clone());
+            std::thread::spawn(move || {
+                insert_rows(&env, &t, n / threads, 0x9E3779B97F4A7C15 ^ w);
+                let (u, s) = cpu_seconds(libc::RUSAGE_THREAD);
+                u + s
+            })
+        })
+        .collect();
+    let writer_cpu: f64 = writers.into_iter().map(|h| h.join().unwrap()).sum();
     let el = start.elapsed().as_secs_f64();
     println!("E1 {n} inserts: {:.0}/s ({el:.1}s)", n as f64 / el);
     let (user, sys) = cpu_seconds(libc::RUSAGE_SELF);
-    let (tu, ts) = cpu_seconds(libc::RUSAGE_THREAD);
     println!(
-        "E1 cpu: user {user:.1}s sys {sys:.1}s = {:.2} us/insert; the writer's thread {:.2} us/insert",
+        "E1 cpu: user {user:.1}s sys {sys:.1}s = {:.2} us/insert; the writers' threads {:.2} us/insert ({threads} writers)",
         (user + sys) * 1e6 / n as f64,
-        (tu + ts) * 1e6 / n as f64
+        writer_cpu * 1e6 / n as f64
     );
     print_work(&env.stats());
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -106,6 +98,30 @@ fn main() {
     );
 }
 
+/// Inserts `n` random 16-byte keys with 100-byte values, in batches of 1000.
+fn insert_rows(env: &Env, t: &fern_tree::Tree, n: u64, seed: u64) {
+    let mut x: u64 = seed;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut v = vec![0u8; 100];
+    for _ in 0..n / 1000 {
+        let mut batch = WriteBatch::new();
+        for _ in 0..1000 {
+            let k = [rnd().to_be_bytes(), rnd().to_be_bytes()].concat();
+            for c in v.chunks_mut(8) {
+                let r = rnd().to_le_bytes();
+                c.copy_from_slice(&r[..c.len()]);
+            }
+            batch.insert(t, &k, &v);
+        }
+        env.write(batch).unwrap();
+    }
+}
+
 /// User and system CPU seconds so far of the process (`RUSAGE_SELF`) or the calling thread.
 fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
     // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a valid value.
@@ -137,10 +153,12 @@ fn print_work(s: &fern_tree::Stats) {
         mb(s.message_bytes),
     );
     println!(
-        "flushes: {} into leaves, {} into internal nodes, {:.0} MiB moved; writer reads {}; device read {:.0} MiB",
+        "flushes: {} into leaves, {} into internal nodes ({} by the root drain), {:.0} MiB moved ({:.0} MiB into leaves); writer reads {}; device read {:.0} MiB",
         w.leaf_flushes,
         w.internal_flushes,
+        w.drained_flushes,
         mb(w.flushed_bytes),
+        mb(w.leaf_flushed_bytes),
         w.writer_reads,
         mb(s.device.bytes_read),
     );

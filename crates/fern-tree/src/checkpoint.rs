@@ -288,6 +288,23 @@ pub(crate) fn spawn_worker(
         });
 }
 
+/// [`spawn_worker`] for a round that either succeeds or fails for good: a failure poisons the
+/// environment (E2) and ends the thread.
+pub(crate) fn spawn_poisoning_worker(
+    name: &str,
+    inner: Weak<Inner>,
+    sig: Arc<Wakeup>,
+    round: fn(&Inner) -> Result<()>,
+) {
+    spawn_worker(name, inner, sig, move |inner| match round(&inner) {
+        Ok(()) => true,
+        Err(e) => {
+            inner.set_poison(e.to_string());
+            false
+        }
+    });
+}
+
 /// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
 pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
     spawn_worker("fern-checkpoint", inner, sig, |inner| {

@@ -26,6 +26,7 @@ use crate::cache::Cache;
 use crate::catalog::{decode_meta, encode_meta, State, TreeEntry, NO_LOG};
 use crate::checkpoint::{spawn_checkpointer, Wakeup};
 use crate::device::{BlockDevice, FileDevice};
+use crate::drain::spawn_drain;
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, Msn, NodeId};
 use crate::msg::{Op, UpsertRegistry};
@@ -55,6 +56,9 @@ pub(crate) struct Inner {
     pub(crate) ckpt_signal: Option<Arc<Wakeup>>,
     /// Wakes the writeback thread (writeback.rs), if there is one (with the checkpoint thread).
     pub(crate) writeback_signal: Option<Arc<Wakeup>>,
+    /// Wakes the root-drain thread (drain.rs), if there is one (with the checkpoint thread);
+    /// without it writers flush their roots inline.
+    pub(crate) drain_signal: Option<Arc<Wakeup>>,
     /// LSN below which this open has returned the log region's bytes to the host (W9).
     pub(crate) log_released: Mutex<u64>,
     /// Opened with `Options::read_only` (W11).
@@ -415,6 +419,8 @@ impl Env {
                 .then(|| Arc::new(Wakeup::default())),
             writeback_signal: (opts.checkpoint_thread && !read_only)
                 .then(|| Arc::new(Wakeup::default())),
+            drain_signal: (opts.checkpoint_thread && !read_only)
+                .then(|| Arc::new(Wakeup::default())),
         });
         let env = Env {
             inner: inner.clone(),
@@ -428,6 +434,9 @@ impl Env {
         }
         if let Some(sig) = &env.inner.writeback_signal {
             spawn_writeback(Arc::downgrade(&env.inner), sig.clone());
+        }
+        if let Some(sig) = &env.inner.drain_signal {
+            spawn_drain(Arc::downgrade(&env.inner), sig.clone());
         }
         env
     }
@@ -614,15 +623,18 @@ impl Env {
         }
         st.messages += n;
         let ctx = self.ctx();
+        let drain = self.inner.drain_signal.as_ref();
+        let mut over = false;
         for (idx, msgs) in &per_tree {
             let root = st.trees[*idx].root;
-            st.trees[*idx].root = betree::write(&ctx, root, msgs)?;
+            let (root, o) = betree::write(&ctx, root, msgs, drain.is_some())?;
+            st.trees[*idx].root = root;
+            over |= o;
         }
-        if let Some(sig) = &self.inner.writeback_signal {
-            if self.inner.wants_writeback() {
-                sig.wake();
-            }
+        if let Some(sig) = drain.filter(|_| over) {
+            sig.wake();
         }
+        self.inner.wake_writeback();
         ctx.evict()
     }
 

@@ -22,6 +22,7 @@ mod checkpoint;
 pub mod codec;
 mod cursor;
 pub mod device;
+mod drain;
 mod env;
 mod error;
 pub mod extent;

@@ -71,8 +71,14 @@ pub struct WorkStats {
     pub internal_flushes: u64,
     /// Message bytes those flushes moved.
     pub flushed_bytes: u64,
+    /// Of those, the bytes moved into leaves (with `leaf_flushes`: how much a leaf flush
+    /// changes, against the leaf it rewrites).
+    pub leaf_flushed_bytes: u64,
     /// Nodes a writer had to read from the device (not in the cache).
     pub writer_reads: u64,
+    /// Of the flushes above, those the background root drain ran (drain.rs) rather than a
+    /// writer inside its batch.
+    pub drained_flushes: u64,
 }
 
 impl Stats {
@@ -123,7 +129,9 @@ pub(crate) struct Counters {
     leaf_flushes: AtomicU64,
     internal_flushes: AtomicU64,
     flushed_bytes: AtomicU64,
+    leaf_flushed_bytes: AtomicU64,
     writer_reads: AtomicU64,
+    drained_flushes: AtomicU64,
 }
 
 /// Why a node block is written.
@@ -156,11 +164,25 @@ impl Counters {
         n.fetch_add(1, Ordering::Relaxed);
         self.flushed_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
+        if into_leaf {
+            self.leaf_flushed_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+        }
     }
 
     /// Counts a node a writer read from the device.
     pub(crate) fn writer_read(&self) {
         self.writer_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts flushes the background root drain ran.
+    pub(crate) fn drained(&self, flushes: u64) {
+        self.drained_flushes.fetch_add(flushes, Ordering::Relaxed);
+    }
+
+    /// Flushes of any kind so far (leaf and internal).
+    pub(crate) fn flushes(&self) -> u64 {
+        self.leaf_flushes.load(Ordering::Relaxed) + self.internal_flushes.load(Ordering::Relaxed)
     }
 
     pub(crate) fn work(&self) -> WorkStats {
@@ -175,7 +197,9 @@ impl Counters {
             leaf_flushes: l(&self.leaf_flushes),
             internal_flushes: l(&self.internal_flushes),
             flushed_bytes: l(&self.flushed_bytes),
+            leaf_flushed_bytes: l(&self.leaf_flushed_bytes),
             writer_reads: l(&self.writer_reads),
+            drained_flushes: l(&self.drained_flushes),
         }
     }
 

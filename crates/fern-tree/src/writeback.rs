@@ -18,7 +18,7 @@
 //! between the check that the node is still the cached version and the end of its write, no
 //! one else writes that id or frees the extent being written.
 
-use crate::checkpoint::{spawn_worker, Wakeup};
+use crate::checkpoint::{spawn_poisoning_worker, Wakeup};
 use crate::env::Inner;
 use crate::error::Result;
 use crate::stats::WriteCause;
@@ -33,6 +33,17 @@ impl Inner {
     /// Whether the cache is full enough that writeback should run.
     pub(crate) fn wants_writeback(&self) -> bool {
         self.cache.used_bytes() as usize > self.cache.limit() / 10 * CLEAN_FROM
+    }
+
+    /// Wakes the writeback thread, if there is one and the cache is full enough.
+    pub(crate) fn wake_writeback(&self) {
+        if let Some(sig) = self
+            .writeback_signal
+            .as_ref()
+            .filter(|_| self.wants_writeback())
+        {
+            sig.wake();
+        }
     }
 
     /// Writes the dirty leaves eviction would write next: those among the least recently used
@@ -63,13 +74,5 @@ impl Inner {
 /// Runs writeback rounds when writers ask, until the environment is dropped, closed or
 /// poisoned (a failed write poisons it: E2).
 pub(crate) fn spawn_writeback(inner: Weak<Inner>, sig: Arc<Wakeup>) {
-    spawn_worker("fern-writeback", inner, sig, |inner| {
-        match inner.write_back() {
-            Ok(()) => true,
-            Err(e) => {
-                inner.set_poison(e.to_string());
-                false
-            }
-        }
-    });
+    spawn_poisoning_worker("fern-writeback", inner, sig, Inner::write_back);
 }

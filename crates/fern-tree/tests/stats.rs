@@ -153,6 +153,10 @@ fn work_counters_split_node_writes_by_cause() {
     );
     assert!(w.leaf_flushes > 0 && w.internal_flushes > 0 && w.flushed_bytes > 0);
     assert!(
+        w.leaf_flushed_bytes > 0 && w.leaf_flushed_bytes < w.flushed_bytes,
+        "leaf flushes are a part of all flushes: {w:?}"
+    );
+    assert!(
         w.writer_reads > 0,
         "evicted nodes are read back by flushes: {w:?}"
     );

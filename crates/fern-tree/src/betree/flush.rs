@@ -13,16 +13,46 @@ use crate::ids::NodeId;
 use crate::msg::Kind;
 use crate::node::{child_for, Body, Node, Part};
 
+/// How far a root's buffers may run past `node_bytes` (in multiples of it) while a background
+/// flusher drains them; a writer that finds the root beyond it flushes inline (backpressure).
+pub(crate) const DEFERRED_ROOT_FACTOR: usize = 2;
+
 /// Applies `msgs` (one tree's messages of a batch, in MSN order) to the tree at `root`.
-/// Returns the root's id afterwards (it changes when the root splits or collapses).
-pub(crate) fn write(ctx: &Ctx<'_>, root: NodeId, msgs: &MsgBuffer) -> Result<NodeId> {
+/// Returns the root's id afterwards (it changes when the root splits or collapses) and whether
+/// the root's buffers are over the node size, so a background flusher should drain them.
+///
+/// `deferred`: a background flusher runs [`flush_step`]; the writer then flushes only what is
+/// over [`DEFERRED_ROOT_FACTOR`] times the node size. Without one, it flushes down to the node
+/// size itself.
+pub(crate) fn write(
+    ctx: &Ctx<'_>,
+    root: NodeId,
+    msgs: &MsgBuffer,
+    deferred: bool,
+) -> Result<(NodeId, bool)> {
     let mut node = ctx.take(root)?;
     push_down(ctx, &mut node, msgs)?;
     if !node.is_leaf() {
         cool_hot_keys(ctx, &mut node, msgs)?;
-        flush_if_needed(ctx, &mut node)?;
+        let factor = if deferred { DEFERRED_ROOT_FACTOR } else { 1 };
+        flush_over(ctx, &mut node, ctx.shape.node_bytes * factor)?;
     }
-    finish_root(ctx, node)
+    let over = !node.is_leaf() && node.payload_bytes() > ctx.shape.node_bytes;
+    Ok((finish_root(ctx, node)?, over))
+}
+
+/// One piece of a background root drain: if the root's buffers are over the node size, its
+/// fullest child buffer is flushed (with what that child's own size then needs below it).
+/// Returns the root's id afterwards and whether the root is still over.
+pub(crate) fn flush_step(ctx: &Ctx<'_>, root: NodeId) -> Result<(NodeId, bool)> {
+    let mut node = ctx.take(root)?;
+    if node.is_leaf() || node.payload_bytes() <= ctx.shape.node_bytes {
+        ctx.put_unchanged(node);
+        return Ok((root, false));
+    }
+    flush_fullest(ctx, &mut node)?;
+    let over = !node.is_leaf() && node.payload_bytes() > ctx.shape.node_bytes;
+    Ok((finish_root(ctx, node)?, over))
 }
 
 /// Puts a changed root back: splits it (growing the tree) or collapses single-child roots.
@@ -103,18 +133,29 @@ fn hot_key_messages(shape: &Shape) -> usize {
 
 /// Flushes the fullest child buffer until the node's buffered bytes fit the node size.
 fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
-    while node.payload_bytes() > ctx.shape.node_bytes {
-        let Body::Internal { bufs, .. } = &mut node.body else {
-            return Ok(());
-        };
-        let (i, _) = bufs
-            .iter_mut()
-            .map(|b| b.get_mut().bytes())
-            .enumerate()
-            .max_by_key(|&(_, b)| b)
-            .unwrap_or((0, 0));
-        flush_child(ctx, node, i, Below::IfNeeded)?;
+    flush_over(ctx, node, ctx.shape.node_bytes)
+}
+
+/// Flushes the fullest child buffer until the node's buffered bytes fit `limit`.
+fn flush_over(ctx: &Ctx<'_>, node: &mut Node, limit: usize) -> Result<()> {
+    while node.payload_bytes() > limit && !node.is_leaf() {
+        flush_fullest(ctx, node)?;
     }
+    Ok(())
+}
+
+/// Flushes the child buffer of an internal node that holds the most bytes.
+fn flush_fullest(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+    let Body::Internal { bufs, .. } = &mut node.body else {
+        return Ok(());
+    };
+    let (i, _) = bufs
+        .iter_mut()
+        .map(|b| b.get_mut().bytes())
+        .enumerate()
+        .max_by_key(|&(_, b)| b)
+        .unwrap_or((0, 0));
+    flush_child(ctx, node, i, Below::IfNeeded)?;
     Ok(())
 }
 

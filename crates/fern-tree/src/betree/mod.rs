@@ -21,7 +21,7 @@ mod read;
 mod reshape;
 mod verify;
 
-pub(crate) use flush::{optimize, reclaim_step, write};
+pub(crate) use flush::{flush_step, optimize, reclaim_step, write};
 pub(crate) use read::{get, leaf_rows, LeafRows, Seek};
 pub use verify::{DamagedNode, TreeReport};
 

@@ -1,0 +1,56 @@
+//! Background root drains (design.md §2.5, "Root flushes off the writer's path"): a thread
+//! that flushes the buffers of roots that writers left over the node size, one piece per hold
+//! of the environment's write lock, so that a writer's critical section is its log append and
+//! root injection, not a cascade of flushes.
+//!
+//! Owns when a drain runs and how long it holds the lock (one [`betree::flush_step`] per tree,
+//! then release). Never: decides what a flush moves (betree/flush.rs), writes nodes (eviction
+//! and writeback do, as for any writer's changes), or runs without the checkpoint thread (the
+//! deterministic mode flushes inline: `Inner::drain_signal` is `None` there).
+
+use std::sync::{Arc, Weak};
+
+use crate::betree;
+use crate::checkpoint::{spawn_poisoning_worker, Wakeup};
+use crate::env::Inner;
+use crate::error::Result;
+use std::sync::atomic::Ordering;
+
+/// Most pieces one round runs before it lets the thread look at its signal again; a round
+/// ends earlier when no root is over.
+const PIECES_PER_ROUND: usize = 64;
+
+impl Inner {
+    /// Drains every root that is over the node size, one flush per tree per lock hold.
+    pub(crate) fn drain_roots(&self) -> Result<()> {
+        for _ in 0..PIECES_PER_ROUND {
+            let mut st = self.state.write();
+            if self.closed.load(Ordering::SeqCst) || self.poisoned.lock().is_some() {
+                return Ok(());
+            }
+            let ctx = self.ctx();
+            let mut more = false;
+            // Writers are excluded while the lock is held: every flush counted meanwhile is ours.
+            let before = self.counters.flushes();
+            for t in 0..st.trees.len() {
+                let (root, over) = betree::flush_step(&ctx, st.trees[t].root)?;
+                st.trees[t].root = root;
+                more |= over;
+            }
+            self.counters.drained(self.counters.flushes() - before);
+            ctx.evict()?;
+            drop(st);
+            self.wake_writeback();
+            if !more {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs root drains when writers ask, until the environment is dropped, closed or poisoned (a
+/// failed flush poisons it: E2).
+pub(crate) fn spawn_drain(inner: Weak<Inner>, sig: Arc<Wakeup>) {
+    spawn_poisoning_worker("fern-drain", inner, sig, Inner::drain_roots);
+}
