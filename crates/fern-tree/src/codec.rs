@@ -55,8 +55,15 @@ impl Compression {
     /// docs/design.md §6 (higher levels cost more CPU per checkpoint for a few % of space).
     pub const ZSTD_LEVEL: i32 = 1;
 
-    /// The compression of new images when the caller does not choose (docs/design.md §2.6, §6).
-    pub const DEFAULT: Compression = Compression::Zstd {
+    /// The engine's default ([`crate::Options::default`]): lz4. zstd-1 made the engine's E1
+    /// cost 14–27 % more CPU per row (docs/design.md §6, "Compression"), where its peers use
+    /// lz4 too.
+    pub const DEFAULT: Compression = Compression::Lz4;
+
+    /// The file system's default (fernfs mkfs, fern-kv-tree stores): zstd level 1, which
+    /// stores F8's text in 1.08x gzip -5 instead of lz4's 1.78x for no measurable CPU on the
+    /// file-system workloads (docs/design.md §6, "Compression").
+    pub const FILE_SYSTEM: Compression = Compression::Zstd {
         level: Self::ZSTD_LEVEL,
     };
 

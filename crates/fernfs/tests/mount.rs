@@ -687,6 +687,7 @@ fn compression_option_switches_the_codec_of_an_image() {
     };
     let (i, m) = (s.img.as_os_str(), s.mnt.as_os_str());
     let codec = || stat_json(i)["engine"]["compression"].clone();
+    assert_eq!(codec(), "zstd-1", "mkfs's default (design.md §6)");
     ok(&[
         "mkfs".as_ref(),
         i,

@@ -34,7 +34,7 @@ pub struct MkfsArgs {
     pub block_size: u32,
     /// Compression of tree partitions: zstd (level 1), zstd-N (level N, 1..=19), lz4 or none.
     /// Each partition whose sample does not compress is stored raw whatever the choice.
-    #[arg(long, default_value_t = Compression::DEFAULT)]
+    #[arg(long, default_value_t = Compression::FILE_SYSTEM)]
     pub compression: Compression,
     /// Overwrite a file that already holds data, or a device holding a file system.
     #[arg(long)]
