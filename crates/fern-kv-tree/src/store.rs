@@ -74,9 +74,12 @@ impl std::fmt::Debug for TreeStore {
 
 /// Engine options with the default shape, a cache of `cache_bytes` and every function of
 /// `registry` registered under its id.
+/// The engine options of a store: the file system's codec (a store holds a file system's
+/// trees; docs/design.md §6, "Compression"), everything else the engine's defaults.
 fn options(cache_bytes: usize) -> Options {
     Options {
         cache_bytes,
+        compression: fern_tree::Compression::FILE_SYSTEM,
         ..Options::default()
     }
 }

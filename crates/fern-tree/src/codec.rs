@@ -17,6 +17,8 @@
 //! | 12     | 4    | crc32c of bytes 0..12 followed by the payload     |
 //! | 16     | n    | payload                                           |
 
+use std::cell::RefCell;
+
 use crate::error::{Error, Result};
 
 /// Size of the frame header in bytes.
@@ -32,6 +34,9 @@ const TAG_ZSTD: u8 = 2;
 
 /// How partitions are compressed. Chosen per environment; the frame records the codec actually
 /// used, so an environment can change its choice without rewriting old nodes.
+///
+/// Written and parsed as `none`, `lz4`, `zstd` (level [`Compression::ZSTD_LEVEL`]) or `zstd-N`
+/// (the spelling of mkfs's `--compression` and the mount option `compression=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compression {
     /// Store raw.
@@ -46,6 +51,22 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// The zstd level that `zstd` without a level means: the low level measured in
+    /// docs/design.md §6 (higher levels cost more CPU per checkpoint for a few % of space).
+    pub const ZSTD_LEVEL: i32 = 1;
+
+    /// The engine's default ([`crate::Options::default`]): lz4. zstd-1 made the engine's E1
+    /// cost 14–27 % more CPU per row (docs/design.md §6, "Compression"), where its peers use
+    /// lz4 too.
+    pub const DEFAULT: Compression = Compression::Lz4;
+
+    /// The file system's default (fernfs mkfs, fern-kv-tree stores): zstd level 1, which
+    /// stores F8's text in 1.08x gzip -5 instead of lz4's 1.78x for no measurable CPU on the
+    /// file-system workloads (docs/design.md §6, "Compression").
+    pub const FILE_SYSTEM: Compression = Compression::Zstd {
+        level: Self::ZSTD_LEVEL,
+    };
+
     /// The codec tag as persisted (in frames, and by the environment in its options).
     pub fn to_byte(self) -> u8 {
         match self {
@@ -63,6 +84,40 @@ impl Compression {
             TAG_LZ4 => Some(Compression::Lz4),
             TAG_ZSTD => Some(Compression::Zstd { level }),
             _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Lz4 => f.write_str("lz4"),
+            Compression::Zstd { level } => write!(f, "zstd-{level}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("{s:?}: compression must be none, lz4, zstd or zstd-LEVEL (1..=19)");
+        match s {
+            "none" => Ok(Compression::None),
+            "lz4" => Ok(Compression::Lz4),
+            "zstd" => Ok(Compression::Zstd {
+                level: Self::ZSTD_LEVEL,
+            }),
+            _ => {
+                // Levels above 19 need zstd's large windows: not worth it for 16 KiB partitions.
+                let level = s
+                    .strip_prefix("zstd-")
+                    .and_then(|l| l.parse::<i32>().ok())
+                    .filter(|l| (1..=19).contains(l))
+                    .ok_or_else(bad)?;
+                Ok(Compression::Zstd { level })
+            }
         }
     }
 }
@@ -105,8 +160,45 @@ fn compress(c: Compression, raw: &[u8]) -> Option<Vec<u8>> {
     match c {
         Compression::None => None,
         Compression::Lz4 => Some(lz4_flex::block::compress(raw)),
-        Compression::Zstd { level } => zstd::bulk::compress(raw, level).ok(),
+        Compression::Zstd { level } => zstd_compress(level, raw),
     }
+}
+
+thread_local! {
+    /// This thread's zstd compression context and its level. A fresh context per partition
+    /// (what `zstd::bulk::compress` does) costs more than compressing a 16 KiB partition: its
+    /// tables are allocated and, above the process's mmap threshold, faulted in zeroed each
+    /// time. Kept per thread (writers, checkpointer, writeback), so there is no lock; its
+    /// memory (well under 1 MiB at low levels for 16 KiB–1 MiB partitions) is outside the
+    /// node cache's bound.
+    static ZSTD_COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(None) };
+    /// This thread's zstd decompression context, for the same reason.
+    static ZSTD_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+fn zstd_compress(level: i32, raw: &[u8]) -> Option<Vec<u8>> {
+    ZSTD_COMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|(l, _)| *l != level) {
+            *slot = Some((level, zstd::bulk::Compressor::new(level).ok()?));
+        }
+        let (_, c) = slot.as_mut()?;
+        c.compress(raw).ok()
+    })
+}
+
+/// Decompresses a zstd payload into at most `capacity` bytes.
+fn zstd_decompress(payload: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
+    ZSTD_DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let d = match slot.as_mut() {
+            Some(d) => d,
+            None => slot.insert(zstd::bulk::Decompressor::new()?),
+        };
+        d.decompress(payload, capacity)
+    })
 }
 
 /// Partitions at least this long are sampled before they are compressed.
@@ -118,8 +210,11 @@ const SAMPLE_LEN: usize = 2 << 10;
 /// E1 "incompressible" values, already-compressed file data) costs a full compression attempt
 /// that B9 then discards, on every write of the node. A sample from the middle that does not
 /// shrink by at least 1/16 predicts that; text and repetitive rows compress far better than
-/// that in any 2 KiB window. A wrong guess only stores a compressible partition raw (B9 allows
-/// codec 0 for anything), never anything unreadable.
+/// that in any 2 KiB window. The sample is judged by `c` itself, not by the cheaper lz4: data
+/// without repeats but with few distinct bytes (hex, base64) defeats lz4 and still shrinks by
+/// a third or more under zstd's entropy stage. With the thread's zstd context reused, a 2 KiB
+/// zstd-1 attempt costs a few µs. A wrong guess only stores a compressible partition raw (B9
+/// allows codec 0 for anything), never anything unreadable.
 fn worth_compressing(c: Compression, raw: &[u8]) -> bool {
     if c == Compression::None {
         return false;
@@ -238,7 +333,7 @@ pub fn decode_partition(frame: &[u8], what: &dyn Fn() -> String) -> Result<Vec<u
         // `capacity` caps the output buffer, so a lying zstd frame header cannot make us allocate
         // more than the (bounded) declared length.
         TAG_ZSTD => {
-            zstd::bulk::decompress(payload, h.raw_len).map_err(|e| decompress_err(e.to_string()))?
+            zstd_decompress(payload, h.raw_len).map_err(|e| decompress_err(e.to_string()))?
         }
         t => {
             return Err(Error::corrupt(what(), format!("unknown codec tag {t}")));
@@ -312,6 +407,24 @@ mod tests {
         assert!(
             worth_compressing(Compression::Lz4, &random[..4096]),
             "small: always tried"
+        );
+        // Hex digits without repeats: lz4 finds no matches, zstd's entropy stage halves them.
+        // Each codec judges its own sample, so zstd still compresses them.
+        let hex: Vec<u8> = random
+            .iter()
+            .map(|b| b"0123456789abcdef"[(b & 15) as usize])
+            .collect();
+        assert!(!worth_compressing(Compression::Lz4, &hex), "lz4 hex");
+        let zstd = Compression::Zstd { level: 1 };
+        assert!(worth_compressing(zstd, &hex), "zstd hex");
+        let mut out = Vec::new();
+        encode_partition(zstd, &hex, &mut out);
+        assert_eq!(out[0], TAG_ZSTD);
+        assert!(
+            out.len() < hex.len() * 6 / 10,
+            "{} of {}",
+            out.len(),
+            hex.len()
         );
     }
 }

@@ -25,6 +25,7 @@ use crate::buffer::MsgBuffer;
 use crate::cache::Cache;
 use crate::catalog::{decode_meta, encode_meta, State, TreeEntry, NO_LOG};
 use crate::checkpoint::{spawn_checkpointer, Wakeup};
+use crate::codec::Compression;
 use crate::device::{BlockDevice, FileDevice};
 use crate::drain::spawn_drain;
 use crate::error::{Error, Result};
@@ -296,7 +297,10 @@ impl Env {
         };
         let (dev, counters) = stats::counted(dev);
         let mut opened = BlockFile::open(dev.clone())?;
-        let (shape, mut state) = decode_meta(&opened.meta)?;
+        let (mut shape, mut state) = decode_meta(&opened.meta)?;
+        if let Some(c) = opts.change_compression {
+            shape.compression = c;
+        }
         opened
             .file
             .set_limit(effective_limit(state.capacity, &*dev)?);
@@ -821,6 +825,12 @@ impl Env {
     /// replayed, and (with [`Options::cut_damaged_log`]) where a damaged log was cut.
     pub fn recovery(&self) -> RecoveryReport {
         self.inner.recovery.lock().clone()
+    }
+
+    /// The codec new partitions are written with (the image's remembered choice, or
+    /// [`Options::change_compression`]).
+    pub fn compression(&self) -> Compression {
+        self.inner.shape.compression
     }
 
     /// Whether this environment was opened with [`Options::read_only`].

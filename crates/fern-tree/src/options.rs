@@ -34,8 +34,15 @@ pub struct Options {
     pub basement_bytes: usize,
     /// Most children an internal node has before it splits.
     pub fanout: usize,
-    /// Compression for new images.
+    /// Compression of a new image (an existing image remembers its own; see
+    /// [`Options::change_compression`]).
     pub compression: Compression,
+    /// On open of an existing image: write new partitions with this codec from now on, and
+    /// remember it in the image (its catalog, from the next checkpoint). Partitions already
+    /// written keep their codec until their node is rewritten — every frame names its own
+    /// (format.md, "Partition frame") — so the image holds both meanwhile. `None` (default):
+    /// keep the image's choice. Not used by create.
+    pub change_compression: Option<Compression>,
     /// Registered upsert functions.
     pub upserts: UpsertRegistry,
     /// Bytes of the write-ahead log region, reserved when the image is created (a multiple of
@@ -75,7 +82,8 @@ impl Default for Options {
             node_bytes: 1 << 20,
             basement_bytes: 16 << 10,
             fanout: 16,
-            compression: Compression::Lz4,
+            compression: Compression::DEFAULT,
+            change_compression: None,
             upserts: UpsertRegistry::default(),
             log_bytes: 256 << 20,
             sync_interval: Some(Duration::from_millis(100)),

@@ -144,3 +144,26 @@ fn compression_bytes_round_trip() {
     }
     assert_eq!(Compression::from_byte(9, 0), None);
 }
+
+/// The names mkfs's `--compression` and the mount option `compression=` take.
+#[test]
+fn compression_names_round_trip() {
+    for c in [
+        Compression::None,
+        Compression::Lz4,
+        Compression::Zstd { level: 1 },
+        Compression::Zstd { level: 19 },
+    ] {
+        assert_eq!(c.to_string().parse::<Compression>(), Ok(c));
+    }
+    assert_eq!(
+        "zstd".parse::<Compression>(),
+        Ok(Compression::Zstd {
+            level: Compression::ZSTD_LEVEL
+        })
+    );
+    for bad in ["", "zstd-0", "zstd-20", "zstd-x", "zstd3", "LZ4", "gzip"] {
+        let e = bad.parse::<Compression>().expect_err(bad);
+        assert!(e.contains("compression must be"), "{bad}: {e}");
+    }
+}

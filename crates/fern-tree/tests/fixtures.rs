@@ -302,3 +302,61 @@ fn older_images_take_extents() {
         }
     }
 }
+
+/// The codec tags of the valid partition frames in the node blocks of `image` (every live
+/// block but the log region): a frame is recognised by its checksum, so nothing else counts.
+fn frame_tags(image: &[u8]) -> std::collections::BTreeSet<u8> {
+    use fern_tree::codec::{decode_partition, frame_len, FRAME_HEADER_LEN};
+    let bf = BlockFile::open(Arc::new(MemDevice::from_bytes(image.to_vec()))).expect("bf");
+    let log = log_region(image);
+    let mut tags = std::collections::BTreeSet::new();
+    for (_, loc) in bf
+        .file
+        .live_blocks()
+        .filter(|(_, l)| l.offset != log.offset)
+    {
+        let block = &image[loc.offset as usize..(loc.offset + u64::from(loc.len)) as usize];
+        for i in 0..block.len().saturating_sub(FRAME_HEADER_LEN) {
+            let Ok(n) = frame_len(&block[i..], &String::new) else {
+                continue;
+            };
+            if i + n <= block.len() && decode_partition(&block[i..i + n], &String::new).is_ok() {
+                tags.insert(block[i]);
+            }
+        }
+    }
+    tags
+}
+
+/// An image written with lz4 (every fixture set) keeps lz4 when this build opens it, whatever
+/// the default; opened with `change_compression`, new partitions are zstd beside the old lz4
+/// ones, the image remembers zstd, and the mixed image reopens with all its content.
+#[test]
+fn mixed_codec_image_reopens() {
+    use fern_tree::Compression;
+    let zstd = Compression::Zstd { level: 1 };
+    for set in SETS {
+        let clean = fixture(&format!("{set}-clean"));
+        assert_eq!(frame_tags(&clean), [0, 1].into(), "{set}: an lz4 image");
+        let env = open(set, "clean").expect("open");
+        assert_eq!(env.compression(), Compression::Lz4, "{set}: remembered");
+        drop(env);
+
+        let dev = Arc::new(MemDevice::from_bytes(clean));
+        let opts = Options {
+            change_compression: Some(zstd),
+            ..options()
+        };
+        let env = Env::open_on(dev.clone(), opts).expect("open, changing the codec");
+        assert_eq!(env.compression(), zstd, "{set}");
+        workload(&env, &mut Model::new(), false);
+        env.close().expect("close");
+        let mixed = dev.snapshot();
+        let tags = frame_tags(&mixed);
+        assert!(tags.contains(&1) && tags.contains(&2), "{set}: {tags:?}");
+
+        let env = Env::open_on(Arc::new(MemDevice::from_bytes(mixed)), options()).expect("reopen");
+        assert_eq!(env.compression(), zstd, "{set}: the change is remembered");
+        assert_eq!(contents(&env).expect("read"), model(true), "{set}");
+    }
+}

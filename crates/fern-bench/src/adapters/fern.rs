@@ -5,7 +5,9 @@
 //! it and writes every dirty node, up to a whole cache, so a region of 256 MiB under a 256 MiB
 //! cache rewrote up to four bytes of nodes per logged byte (docs/design.md §2.6). The region is
 //! sparse and returned to the file system behind each checkpoint (W9): it is disk, not memory.
-//! Compression: LZ4 (the engine's fast setting; RocksDB and fjall get LZ4 too).
+//! Compression: the engine's default (`Compression::DEFAULT`, lz4 — RocksDB and fjall get LZ4
+//! too), named in the description. The file system's images use zstd-1 instead
+//! (`Compression::FILE_SYSTEM`; docs/design.md §6).
 //! Upserts are native (a registered "add u64" function; no read at write time) and range
 //! delete is native (one message). `sync` is a checkpoint. Per-batch durability (E9) commits
 //! with `Durability::Sync`: the batch's log record is fsynced before the call returns, and
@@ -58,7 +60,6 @@ impl FernEngine {
         let path = dir.join("fern.img");
         let mut opts = Options {
             cache_bytes: cfg.budget_bytes as usize,
-            compression: Compression::Lz4,
             log_bytes: log_bytes_for(cfg.budget_bytes),
             durability: match cfg.durability {
                 Durability::Deferred => FernDurability::Buffered,
@@ -126,8 +127,9 @@ impl Engine for FernEngine {
 
     fn describe(&self) -> String {
         format!(
-            "node cache {} MiB, lz4, native upserts and range delete{}",
+            "node cache {} MiB, {}, native upserts and range delete{}",
             mib(self.cfg.budget_bytes),
+            Compression::DEFAULT,
             if self.cfg.durability == Durability::PerBatch {
                 ", Durability::Sync commits (group commit)"
             } else {

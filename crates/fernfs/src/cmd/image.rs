@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use fern_fs::{Fs, FsError};
 use fern_kv::{KvError, KvStore};
 use fern_kv_tree::TreeStore;
-use fern_tree::{Options, RecoveryReport};
+use fern_tree::{Compression, Options, RecoveryReport};
 use nix::fcntl::{Flock, FlockArg};
 
 /// An error of a file-system subcommand: what failed, and what to do about it.
@@ -197,14 +197,19 @@ pub fn open_error(path: &Path, e: &KvError) -> CmdError {
 }
 
 impl Image {
-    /// Opens and locks the fernfs image at `path` for reading and writing with a node cache of
-    /// `cache_bytes`.
-    pub fn open(path: &Path, cache_bytes: u64) -> Result<Image, CmdError> {
-        Self::open_as(path, cache_bytes, Access::ReadWrite)
-    }
-
     /// Opens and locks the fernfs image at `path` as `access` says.
     pub fn open_as(path: &Path, cache_bytes: u64, access: Access) -> Result<Image, CmdError> {
+        Self::open_changing(path, cache_bytes, access, None)
+    }
+
+    /// [`Image::open_as`], and from now on writes new partitions with `compression` (the mount
+    /// option `compression=`; `Options::change_compression`) when it is given.
+    pub fn open_changing(
+        path: &Path,
+        cache_bytes: u64,
+        access: Access,
+        compression: Option<Compression>,
+    ) -> Result<Image, CmdError> {
         let path = path
             .canonicalize()
             .map_err(|e| CmdError::new(format!("{}: {e}", path.display())))?;
@@ -222,6 +227,7 @@ impl Image {
             cache_bytes: cache_bytes as usize,
             read_only,
             cut_damaged_log: access == Access::Repair,
+            change_compression: compression,
             ..Options::default()
         };
         let opened = if super::blockdev::is_block_device(&path) {

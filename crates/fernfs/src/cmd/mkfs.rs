@@ -16,24 +16,13 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use fern_fs::{Fs, MkfsOptions};
 use fern_kv_tree::TreeStore;
 use fern_tree::{Compression, Options};
 
 use super::blockdev;
 use super::image::{self, CmdError};
-
-/// Partition compression of the new image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CompressionArg {
-    /// LZ4: fast, modest ratio (default).
-    Lz4,
-    /// Zstandard level 3: better ratio, slower.
-    Zstd,
-    /// No compression.
-    None,
-}
 
 /// Options of `fernfs mkfs`.
 #[derive(Debug, Args)]
@@ -43,9 +32,10 @@ pub struct MkfsArgs {
     /// Data block size of files: a power of two from 512 to 65536.
     #[arg(long, default_value_t = 4096)]
     pub block_size: u32,
-    /// Compression of tree partitions.
-    #[arg(long, value_enum, default_value_t = CompressionArg::Lz4)]
-    pub compression: CompressionArg,
+    /// Compression of tree partitions: zstd (level 1), zstd-N (level N, 1..=19), lz4 or none.
+    /// Each partition whose sample does not compress is stored raw whatever the choice.
+    #[arg(long, default_value_t = Compression::FILE_SYSTEM)]
+    pub compression: Compression,
     /// Overwrite a file that already holds data, or a device holding a file system.
     #[arg(long)]
     pub force: bool,
@@ -81,11 +71,7 @@ pub fn run(args: MkfsArgs) -> Result<(), CmdError> {
         return super::etcd::mkfs(url, args.block_size, args.force);
     }
     let opts = Options {
-        compression: match args.compression {
-            CompressionArg::Lz4 => Compression::Lz4,
-            CompressionArg::Zstd => Compression::Zstd { level: 3 },
-            CompressionArg::None => Compression::None,
-        },
+        compression: args.compression,
         cache_bytes: 16 << 20,
         ..Options::default()
     };
@@ -242,7 +228,7 @@ fn finish(args: &MkfsArgs, store: TreeStore) -> Result<(), CmdError> {
     };
     store.close()?;
     eprintln!(
-        "fernfs: made a file system in {} ({size}, block size {}, {:?} compression)",
+        "fernfs: made a file system in {} ({size}, block size {}, {} compression)",
         t.display(),
         args.block_size,
         args.compression

@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use clap::Args;
 use fern_fuse::{MountOptions, Stopped};
+use fern_tree::Compression;
 
-use super::image::{self, CmdError, Image, DEFAULT_CACHE};
+use super::image::{self, Access, CmdError, Image, DEFAULT_CACHE};
 
 /// Environment variable telling a foreground child to report readiness on stdout.
 const NOTIFY_ENV: &str = "FERNFS_NOTIFY_STDOUT";
@@ -48,8 +49,9 @@ pub struct MountArgs {
     pub foreground: bool,
     /// Mount options, comma-separated, mount(8)-style: ro, rw, allow_other,
     /// default_permissions, writeback_cache, threads=N, cache_size=SIZE (e.g. 256M),
-    /// entry_timeout=SECS, attr_timeout=SECS, max_write=BYTES, fsname=NAME; other options
-    /// (noatime, nodev, ...) go to the kernel.
+    /// entry_timeout=SECS, attr_timeout=SECS, max_write=BYTES, fsname=NAME,
+    /// compression=zstd|zstd-N|lz4|none (an image file: new partitions use it from now on, and
+    /// the image remembers it); other options (noatime, nodev, ...) go to the kernel.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
 }
@@ -66,21 +68,40 @@ pub struct UmountArgs {
 
 /// The options of a mount of `target`: an etcd mount starts from short TTLs, no negative
 /// entries and no writeback cache, since other mounts change what the kernel caches
-/// (docs/distributed.md §7; `MountOptions::shared`); `-o` overrides each.
-fn parse_options(target: &Path, list: &[String]) -> Result<MountOptions, CmdError> {
-    let mut o = match super::etcd::url(target) {
-        Some(_) => MountOptions::shared(super::etcd::SHARED_TTL),
-        None => MountOptions::default(),
+/// (docs/distributed.md §7; `MountOptions::shared`); `-o` overrides each. `compression=` is
+/// the image's, not the adapter's: it is taken out here and returned beside them.
+fn parse_options(
+    target: &Path,
+    list: &[String],
+) -> Result<(MountOptions, Option<Compression>), CmdError> {
+    let etcd = super::etcd::url(target).is_some();
+    let mut o = if etcd {
+        MountOptions::shared(super::etcd::SHARED_TTL)
+    } else {
+        MountOptions::default()
     };
+    let mut compression = None;
     for s in list {
-        o.parse_into(s)?;
+        let mut rest = Vec::new();
+        for opt in s.split(',') {
+            match opt.trim().strip_prefix("compression=") {
+                Some(c) if etcd => {
+                    return Err(CmdError::new(format!(
+                        "compression={c}: an etcd store is not compressed by fernfs"
+                    )))
+                }
+                Some(c) => compression = Some(c.parse::<Compression>().map_err(CmdError::new)?),
+                None => rest.push(opt),
+            }
+        }
+        o.parse_into(&rest.join(","))?;
     }
-    Ok(o)
+    Ok((o, compression))
 }
 
 /// Runs `fernfs mount`.
 pub fn run(args: MountArgs) -> Result<(), CmdError> {
-    let opts = parse_options(&args.target, &args.options)?;
+    let (opts, compression) = parse_options(&args.target, &args.options)?;
     let target = match super::etcd::url(&args.target) {
         Some(_) => args.target.clone(),
         None => args
@@ -97,7 +118,7 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
     }
     if args.foreground {
         let notify = std::env::var_os(NOTIFY_ENV).is_some();
-        let r = foreground(&target, &mp, opts, notify);
+        let r = foreground(&target, &mp, opts, compression, notify);
         if notify {
             if let Err(e) = &r {
                 // The parent is still waiting for our first line.
@@ -112,7 +133,7 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
         if super::etcd::url(&target).is_none() {
             drop(image::lock(&target)?);
         }
-        daemonize(&target, &mp, &opts)
+        daemonize(&target, &mp, &opts, compression)
     }
 }
 
@@ -135,6 +156,7 @@ fn foreground(
     target: &Path,
     mp: &Path,
     mut opts: MountOptions,
+    compression: Option<Compression>,
     notify: bool,
 ) -> Result<(), CmdError> {
     block_session_signals()?;
@@ -143,9 +165,11 @@ fn foreground(
     if let Some(url) = super::etcd::url(target) {
         return foreground_etcd(url, mp, opts, notify, &log_place);
     }
-    let image = Image::open(target, opts.cache_size.unwrap_or(DEFAULT_CACHE)).inspect_err(|e| {
-        log::error!("mount {} on {}: {e}", target.display(), mp.display());
-    })?;
+    let cache = opts.cache_size.unwrap_or(DEFAULT_CACHE);
+    let image =
+        Image::open_changing(target, cache, Access::ReadWrite, compression).inspect_err(|e| {
+            log::error!("mount {} on {}: {e}", target.display(), mp.display());
+        })?;
     let fs = image.fs()?;
     opts.fsname = target.display().to_string();
     // The adapter answers the root's `fernfs.stats` xattr from here. A weak handle: the
@@ -242,16 +266,25 @@ fn foreground_etcd(
     Ok(())
 }
 
-fn daemonize(target: &Path, mp: &Path, opts: &MountOptions) -> Result<(), CmdError> {
+fn daemonize(
+    target: &Path,
+    mp: &Path,
+    opts: &MountOptions,
+    compression: Option<Compression>,
+) -> Result<(), CmdError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
-    let mut child = Command::new(exe)
-        .arg("mount")
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
         .arg(target)
         .arg(mp)
         .arg("-f")
         .arg("-o")
-        .arg(opts.to_option_string())
+        .arg(opts.to_option_string());
+    if let Some(c) = compression {
+        cmd.arg("-o").arg(format!("compression={c}"));
+    }
+    let mut child = cmd
         .env(NOTIFY_ENV, "1")
         .current_dir("/")
         .process_group(0)

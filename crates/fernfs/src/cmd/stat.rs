@@ -73,6 +73,7 @@ pub fn engine_figures(store: &TreeStore, live: bool) -> Value {
         "internal_nodes": backlog.map(|b| b.internal_nodes),
         "backlog_error": backlog_error,
         "trees": env.tree_names().len(),
+        "compression": env.compression().to_string(),
         "live_nodes": s.file.live_nodes,
         "image_allocated_bytes_engine": s.file.allocated_bytes,
         "image_free_bytes_engine": s.file.free_bytes,
