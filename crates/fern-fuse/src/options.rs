@@ -55,8 +55,12 @@ pub struct MountOptions {
     pub keep_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
-    /// How requests travel (`transport=dev|uring`; docs/fuse.md, "Transports").
+    /// How requests travel (`transport=auto|dev|uring`; docs/fuse.md, "Transports").
     pub transport: crate::uring::Transport,
+    /// Switch the kernel's `enable_uring` parameter on before mounting if it is off
+    /// (`enable_uring`, root only; a global setting that outlives the mount, so never done
+    /// unless asked: docs/fuse.md, "Transports").
+    pub enable_uring: bool,
     /// Largest write the kernel sends in one request (`max_write=BYTES`), 1 MiB by default:
     /// a larger write means fewer requests and fewer (bigger) batches in the store.
     pub max_write: u32,
@@ -150,7 +154,10 @@ impl Default for MountOptions {
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups
             // and context switches per request, so 2 is the default; raise it on big machines.
             threads: 2,
-            transport: crate::uring::Transport::Dev,
+            // io_uring where the kernel allows it: it serves a request on the CPU that made
+            // it, without a read/write pair and a cross-CPU wake-up (docs/fuse.md).
+            transport: crate::uring::Transport::Auto,
+            enable_uring: false,
             max_write: 1 << 20,
             cache_size: None,
             atime: AtimePolicy::default(),
@@ -234,8 +241,9 @@ impl MountOptions {
                     self.transport = val
                         .ok_or_else(|| bad("needs a value"))?
                         .parse()
-                        .map_err(|_| bad("transport must be dev or uring"))?
+                        .map_err(|_| bad("transport must be auto, dev or uring"))?
                 }
+                "enable_uring" => self.enable_uring = true,
                 "max_write" => {
                     let n = num(val)?;
                     if !(4096..=16 << 20).contains(&n) {
@@ -306,6 +314,9 @@ impl MountOptions {
         ));
         v.push(format!("threads={}", self.threads));
         v.push(format!("transport={}", self.transport.name()));
+        if self.enable_uring {
+            v.push("enable_uring".into());
+        }
         v.push(format!("max_write={}", self.max_write));
         if let Some(c) = self.cache_size {
             v.push(format!("cache_size={c}"));
@@ -419,9 +430,11 @@ mod tests {
         let mut o = MountOptions::default();
         o.parse_into(
             "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults,\
-             writeback_cache,negative_timeout=0",
+             writeback_cache,negative_timeout=0,transport=dev,enable_uring",
         )
         .unwrap();
+        assert_eq!(o.transport, crate::uring::Transport::Dev);
+        assert!(o.enable_uring);
         assert!(o.read_only && o.allow_other);
         assert!(o.writeback_cache);
         assert_eq!(o.negative_ttl, Duration::ZERO);
@@ -512,5 +525,7 @@ mod tests {
         assert!(o.parse_into("threads=x").is_err());
         assert!(o.parse_into("attr_timeout=-1").is_err());
         assert!(o.parse_into("max_write=1").is_err());
+        assert!(o.parse_into("transport=ring").is_err());
+        assert!(o.parse_into("transport").is_err());
     }
 }
