@@ -66,6 +66,8 @@ pub struct FernFuse {
     killpriv: KillPriv,
     /// Ask for FUSE_POSIX_ACL (only with `default_permissions`: the kernel then enforces ACLs).
     posix_acl: bool,
+    /// Invalidates the kernel's cached attributes where we change them behind its back.
+    notifier: crate::Notifier,
 }
 
 impl FernFuse {
@@ -88,6 +90,7 @@ impl FernFuse {
             stats: opts.stats.clone(),
             killpriv: KillPriv::default(),
             posix_acl: opts.default_permissions,
+            notifier: crate::Notifier::default(),
         }
     }
 }
@@ -228,6 +231,10 @@ impl Handler for FernFuse {
         // If the kernel refuses the writeback cache, O_APPEND is fern-fs's to honour again.
         self.writeback = negotiate(config, self.writeback, self.posix_acl, self.max_write);
         Ok(())
+    }
+
+    fn set_notifier(&mut self, notifier: crate::Notifier) {
+        self.notifier = notifier;
     }
 
     /// Unmount: make everything acknowledged durable before the session ends.
@@ -444,6 +451,11 @@ impl Handler for FernFuse {
             Ok(n) => {
                 if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                     self.killpriv.after_write(&self.fs, ino(i), fh(f));
+                    // The kernel flags a write only when its cached mode has set-id bits,
+                    // and after the write it refreshes size and times but not the mode:
+                    // until the attributes expire it would still honour the set-user-id
+                    // bit just cleared (execve). Drop its copy.
+                    self.notifier.inval_attrs(i.0);
                 }
                 reply.written(n as u32)
             }
@@ -697,6 +709,8 @@ impl Handler for FernFuse {
             Ok(()) => {
                 if req.uid() != 0 && mode as u32 != fern_fs::FALLOC_FL_KEEP_SIZE {
                     killpriv::drop_privs(&self.fs, ino(i));
+                    // As for a killing write: the kernel refreshes size and times only.
+                    self.notifier.inval_attrs(i.0);
                 }
                 reply.ok()
             }

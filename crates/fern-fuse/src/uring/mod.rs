@@ -301,6 +301,14 @@ impl<H: Handler> Mount<H> {
             switch_on_uring()?;
         }
         let (fd, kernel) = KernelMount::mount(mountpoint, opts)?;
+        let mut handler = handler;
+        match fd.try_clone() {
+            Ok(dup) => handler.set_notifier(crate::notify::Notifier::new(dup)),
+            Err(e) => {
+                let _ = kernel.unmount(true);
+                return Err(e);
+            }
+        }
         let config = opts.fuser_config();
         let acl = config.acl;
         let (classic, published) = crate::Classic::new(handler, status.clone());
