@@ -12,11 +12,11 @@
 //!   always resolves, even after its last name is gone (then it is an orphan, freed at the
 //!   last release). Entries that fern-fs pinned but that did not fit into a readdirplus reply
 //!   are forgotten at once, so counts stay exact.
-//! * **TTLs.** Entries are cached for `entry_ttl` (1 h by default) and attributes for
-//!   `attr_ttl` (1 s). The kernel invalidates what its own requests change and this mount is
-//!   the only writer of its store, so names never change behind it; attributes can (set-id
-//!   bits cleared by an unprivileged write, which the kernel does not invalidate), hence the
-//!   short attribute TTL (`MountOptions`). A missing name is answered as a negative entry
+//! * **TTLs.** Entries and attributes are cached for `entry_ttl` and `attr_ttl` (1 h each
+//!   by default on a local store). The kernel invalidates what its own requests change and
+//!   this mount is the only writer of its store, so names never change behind it; the one
+//!   attribute change it cannot see — set-id bits cleared by an unprivileged write or
+//!   fallocate (KILLPRIV_V2) — is followed by an attribute invalidation (`Notifier`). A missing name is answered as a negative entry
 //!   (inode 0) cached for `negative_ttl` (1 h; 0, i.e. plain ENOENT, on shared stores).
 //! * **ENOSYS is permanent.** Callbacks left unimplemented (`lseek`, `copy_file_range`,
 //!   `getlk`/`setlk`, `ioctl`, `poll`, `bmap`) answer ENOSYS once and the kernel then uses its

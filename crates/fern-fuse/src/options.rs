@@ -26,7 +26,8 @@ pub struct MountOptions {
     pub default_permissions: bool,
     /// How long the kernel may trust a name→inode answer (`entry_timeout=SECS`).
     pub entry_ttl: Duration,
-    /// How long the kernel may trust attributes (`attr_timeout=SECS`).
+    /// How long the kernel may trust attributes (`attr_timeout=SECS`; 1 h, the entry TTL's
+    /// value, on a local store: see `Default`; the shared TTL on etcd).
     pub attr_ttl: Duration,
     /// How long the kernel may trust that a name does not exist (`negative_timeout=SECS`; 0:
     /// never). A failed LOOKUP is answered with an entry of inode 0 and this TTL, which the
@@ -139,12 +140,16 @@ impl Default for MountOptions {
             // workload that comes back to files older than a second (F10's chmod + utime of
             // the F1 tree, postmark, rm -r after a scan) re-looked up every one of them.
             entry_ttl: Duration::from_secs(3600),
-            // Attributes do change behind the kernel: with HANDLE_KILLPRIV_V2 we clear set-id
-            // bits on writes (and fallocate) by unprivileged callers, and the kernel does not
-            // invalidate the cached mode after a write (only size and times). Until the attr
-            // TTL runs out it could still honour a set-uid bit we dropped (e.g. at execve),
-            // so this stays at libfuse's 1 s.
-            attr_ttl: Duration::from_secs(1),
+            // The same reasoning for attributes: the kernel invalidates what its own requests
+            // change (size, times, blocks after a write; ctime and nlink at link, unlink,
+            // rename; the directory at every create and remove; everything a SETATTR reply
+            // carries). The one change fern-fs makes behind it — set-id bits cleared by an
+            // unprivileged write or fallocate under HANDLE_KILLPRIV_V2 — is followed by an
+            // explicit FUSE_NOTIFY_INVAL_INODE (adapter.rs). Entry replies (lookup, create,
+            // readdirplus) always gave their attributes the entry TTL (1 h); with 1 s here
+            // only GETATTR/SETATTR answers expired, which cost a GETATTR per file wherever a
+            // workload came back to a file after a second (F10, docs/fuse.md).
+            attr_ttl: Duration::from_secs(3600),
             // The same reasoning as the entry TTL: only this kernel creates names.
             negative_ttl: Duration::from_secs(3600),
             writeback_cache: false,
