@@ -50,17 +50,23 @@ fern_setup() {
   fern_check_transport "${1:-}"
 }
 
-# With transport=uring among the options, the mount must really use the rings: a silent
-# fallback to /dev/fuse would test the wrong transport. (Root can switch them on with
-# `echo 1 > /sys/module/fuse/parameters/enable_uring`.)
+# The mount must use the transport its options select, or a silent fallback would test the
+# wrong one: transport=uring (or enable_uring) the rings; transport=dev /dev/fuse; neither
+# (the default, auto) the rings when the kernel's enable_uring is on, else /dev/fuse. (Root
+# switches the rings on with `echo 1 > /sys/module/fuse/parameters/enable_uring`, or a mount
+# with -o enable_uring does; .ci/run does the former.)
 fern_check_transport() {
-  case ",$1," in *,transport=uring,*) ;; *) return 0 ;; esac
-  local line
+  local want=dev line
+  case ",$1," in
+    *,transport=dev,*) want=dev ;;
+    *,transport=uring,* | *,enable_uring,*) want=uring ;;
+    *) case "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" in Y | 1) want=uring ;; esac ;;
+  esac
   line=$("$fernfs" stat "$mnt" | grep '^FUSE transport:' || true)
   echo "== $line" >&2
   case "$line" in
-    "FUSE transport:     uring"*) ;;
-    *) fern_skip_or_fail "transport=uring asked for, but the mount does not use it: $line" ;;
+    "FUSE transport:     $want "*) ;;
+    *) fern_skip_or_fail "the mount should use transport $want (options: ${1:-none}), but: $line" ;;
   esac
 }
 

@@ -12,11 +12,11 @@
 //!   always resolves, even after its last name is gone (then it is an orphan, freed at the
 //!   last release). Entries that fern-fs pinned but that did not fit into a readdirplus reply
 //!   are forgotten at once, so counts stay exact.
-//! * **TTLs.** Entries are cached for `entry_ttl` (1 h by default) and attributes for
-//!   `attr_ttl` (1 s). The kernel invalidates what its own requests change and this mount is
-//!   the only writer of its store, so names never change behind it; attributes can (set-id
-//!   bits cleared by an unprivileged write, which the kernel does not invalidate), hence the
-//!   short attribute TTL (`MountOptions`). A missing name is answered as a negative entry
+//! * **TTLs.** Entries and attributes are cached for `entry_ttl` and `attr_ttl` (1 h each
+//!   by default on a local store). The kernel invalidates what its own requests change and
+//!   this mount is the only writer of its store, so names never change behind it; the one
+//!   attribute change it cannot see — set-id bits cleared by an unprivileged write or
+//!   fallocate (KILLPRIV_V2) — is followed by an attribute invalidation (`Notifier`). A missing name is answered as a negative entry
 //!   (inode 0) cached for `negative_ttl` (1 h; 0, i.e. plain ENOENT, on shared stores).
 //! * **ENOSYS is permanent.** Callbacks left unimplemented (`lseek`, `copy_file_range`,
 //!   `getlk`/`setlk`, `ioctl`, `poll`, `bmap`) answer ENOSYS once and the kernel then uses its
@@ -66,6 +66,8 @@ pub struct FernFuse {
     killpriv: KillPriv,
     /// Ask for FUSE_POSIX_ACL (only with `default_permissions`: the kernel then enforces ACLs).
     posix_acl: bool,
+    /// Invalidates the kernel's cached attributes where we change them behind its back.
+    notifier: crate::Notifier,
 }
 
 impl FernFuse {
@@ -88,6 +90,7 @@ impl FernFuse {
             stats: opts.stats.clone(),
             killpriv: KillPriv::default(),
             posix_acl: opts.default_permissions,
+            notifier: crate::Notifier::default(),
         }
     }
 }
@@ -228,6 +231,10 @@ impl Handler for FernFuse {
         // If the kernel refuses the writeback cache, O_APPEND is fern-fs's to honour again.
         self.writeback = negotiate(config, self.writeback, self.posix_acl, self.max_write);
         Ok(())
+    }
+
+    fn set_notifier(&mut self, notifier: crate::Notifier) {
+        self.notifier = notifier;
     }
 
     /// Unmount: make everything acknowledged durable before the session ends.
@@ -444,6 +451,11 @@ impl Handler for FernFuse {
             Ok(n) => {
                 if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                     self.killpriv.after_write(&self.fs, ino(i), fh(f));
+                    // The kernel flags a write only when its cached mode has set-id bits,
+                    // and after the write it refreshes size and times but not the mode:
+                    // until the attributes expire it would still honour the set-user-id
+                    // bit just cleared (execve). Drop its copy.
+                    self.notifier.inval_attrs(i.0);
                 }
                 reply.written(n as u32)
             }
@@ -697,6 +709,8 @@ impl Handler for FernFuse {
             Ok(()) => {
                 if req.uid() != 0 && mode as u32 != fern_fs::FALLOC_FL_KEEP_SIZE {
                     killpriv::drop_privs(&self.fs, ino(i));
+                    // As for a killing write: the kernel refreshes size and times only.
+                    self.notifier.inval_attrs(i.0);
                 }
                 reply.ok()
             }

@@ -77,6 +77,8 @@ macro_rules! handler_ops {
             fn init(&mut self, req: &Request, config: &mut KernelConfig) -> io::Result<()> {
                 Ok(())
             }
+            /// Called once before the session starts: how to send the kernel notifications.
+            fn set_notifier(&mut self, notifier: crate::Notifier) {}
             /// The session ends (after unmount).
             fn destroy(&self) {}
             fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {}

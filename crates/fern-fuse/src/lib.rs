@@ -24,6 +24,7 @@ mod fusermount;
 mod handler;
 mod killpriv;
 mod mount;
+mod notify;
 mod options;
 mod reply;
 mod session;
@@ -35,6 +36,7 @@ pub use mount::{
     fusermount_unmount, lazy_unmount, mount_table, top_mount, unescape, KernelMount, MountEntry,
     Unmounted, FS_TYPE,
 };
+pub use notify::Notifier;
 pub use options::{parse_size, MountOptions, OptionError, StatsSource, STATS_XATTR};
 pub use reply::{
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,

@@ -26,7 +26,8 @@ pub struct MountOptions {
     pub default_permissions: bool,
     /// How long the kernel may trust a name→inode answer (`entry_timeout=SECS`).
     pub entry_ttl: Duration,
-    /// How long the kernel may trust attributes (`attr_timeout=SECS`).
+    /// How long the kernel may trust attributes (`attr_timeout=SECS`; 1 h, the entry TTL's
+    /// value, on a local store: see `Default`; the shared TTL on etcd).
     pub attr_ttl: Duration,
     /// How long the kernel may trust that a name does not exist (`negative_timeout=SECS`; 0:
     /// never). A failed LOOKUP is answered with an entry of inode 0 and this TTL, which the
@@ -55,8 +56,12 @@ pub struct MountOptions {
     pub keep_cache: bool,
     /// Request-handling threads (`threads=N`).
     pub threads: usize,
-    /// How requests travel (`transport=dev|uring`; docs/fuse.md, "Transports").
+    /// How requests travel (`transport=auto|dev|uring`; docs/fuse.md, "Transports").
     pub transport: crate::uring::Transport,
+    /// Switch the kernel's `enable_uring` parameter on before mounting if it is off
+    /// (`enable_uring`, root only; a global setting that outlives the mount, so never done
+    /// unless asked: docs/fuse.md, "Transports").
+    pub enable_uring: bool,
     /// Largest write the kernel sends in one request (`max_write=BYTES`), 1 MiB by default:
     /// a larger write means fewer requests and fewer (bigger) batches in the store.
     pub max_write: u32,
@@ -135,12 +140,16 @@ impl Default for MountOptions {
             // workload that comes back to files older than a second (F10's chmod + utime of
             // the F1 tree, postmark, rm -r after a scan) re-looked up every one of them.
             entry_ttl: Duration::from_secs(3600),
-            // Attributes do change behind the kernel: with HANDLE_KILLPRIV_V2 we clear set-id
-            // bits on writes (and fallocate) by unprivileged callers, and the kernel does not
-            // invalidate the cached mode after a write (only size and times). Until the attr
-            // TTL runs out it could still honour a set-uid bit we dropped (e.g. at execve),
-            // so this stays at libfuse's 1 s.
-            attr_ttl: Duration::from_secs(1),
+            // The same reasoning for attributes: the kernel invalidates what its own requests
+            // change (size, times, blocks after a write; ctime and nlink at link, unlink,
+            // rename; the directory at every create and remove; everything a SETATTR reply
+            // carries). The one change fern-fs makes behind it — set-id bits cleared by an
+            // unprivileged write or fallocate under HANDLE_KILLPRIV_V2 — is followed by an
+            // explicit FUSE_NOTIFY_INVAL_INODE (adapter.rs). Entry replies (lookup, create,
+            // readdirplus) always gave their attributes the entry TTL (1 h); with 1 s here
+            // only GETATTR/SETATTR answers expired, which cost a GETATTR per file wherever a
+            // workload came back to a file after a second (F10, docs/fuse.md).
+            attr_ttl: Duration::from_secs(3600),
             // The same reasoning as the entry TTL: only this kernel creates names.
             negative_ttl: Duration::from_secs(3600),
             writeback_cache: false,
@@ -150,7 +159,10 @@ impl Default for MountOptions {
             // loops were best (~5500 vs ~4750 with 1). Every extra idle loop costs wake-ups
             // and context switches per request, so 2 is the default; raise it on big machines.
             threads: 2,
-            transport: crate::uring::Transport::Dev,
+            // io_uring where the kernel allows it: it serves a request on the CPU that made
+            // it, without a read/write pair and a cross-CPU wake-up (docs/fuse.md).
+            transport: crate::uring::Transport::Auto,
+            enable_uring: false,
             max_write: 1 << 20,
             cache_size: None,
             atime: AtimePolicy::default(),
@@ -234,8 +246,9 @@ impl MountOptions {
                     self.transport = val
                         .ok_or_else(|| bad("needs a value"))?
                         .parse()
-                        .map_err(|_| bad("transport must be dev or uring"))?
+                        .map_err(|_| bad("transport must be auto, dev or uring"))?
                 }
+                "enable_uring" => self.enable_uring = true,
                 "max_write" => {
                     let n = num(val)?;
                     if !(4096..=16 << 20).contains(&n) {
@@ -306,6 +319,9 @@ impl MountOptions {
         ));
         v.push(format!("threads={}", self.threads));
         v.push(format!("transport={}", self.transport.name()));
+        if self.enable_uring {
+            v.push("enable_uring".into());
+        }
         v.push(format!("max_write={}", self.max_write));
         if let Some(c) = self.cache_size {
             v.push(format!("cache_size={c}"));
@@ -419,9 +435,11 @@ mod tests {
         let mut o = MountOptions::default();
         o.parse_into(
             "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults,\
-             writeback_cache,negative_timeout=0",
+             writeback_cache,negative_timeout=0,transport=dev,enable_uring",
         )
         .unwrap();
+        assert_eq!(o.transport, crate::uring::Transport::Dev);
+        assert!(o.enable_uring);
         assert!(o.read_only && o.allow_other);
         assert!(o.writeback_cache);
         assert_eq!(o.negative_ttl, Duration::ZERO);
@@ -512,5 +530,7 @@ mod tests {
         assert!(o.parse_into("threads=x").is_err());
         assert!(o.parse_into("attr_timeout=-1").is_err());
         assert!(o.parse_into("max_write=1").is_err());
+        assert!(o.parse_into("transport=ring").is_err());
+        assert!(o.parse_into("transport").is_err());
     }
 }

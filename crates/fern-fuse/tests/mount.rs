@@ -541,6 +541,68 @@ fn killpriv_v2_unprivileged_modification_drops_set_id_bits_and_capabilities() {
     m.unmount().unwrap();
 }
 
+/// A write by an unprivileged user clears set-user-id behind the kernel's back (KILLPRIV_V2):
+/// after the WRITE the kernel refreshes size and times but keeps its cached mode, so until its
+/// attributes expired it still honoured the dropped bit — another user executing the file right
+/// after ran it as its owner. The adapter now invalidates the kernel's attributes after such a
+/// write (FUSE_NOTIFY_INVAL_INODE). A copy of `id`, owned by nobody, set-user-id, rewritten in
+/// place by nobody (one byte, the same value), then run by daemon (uid 1) at once: it must
+/// report euid 1.
+#[test]
+fn a_write_that_drops_set_user_id_is_seen_by_the_kernel_at_once() {
+    if skipped(Need::Fuse, fuse_available()) {
+        return;
+    }
+    if skipped(Need::Fuse, fuse_as_root()) {
+        return;
+    }
+    let s = scratch(Duration::from_secs(120));
+    let opts = MountOptions {
+        allow_other: true,
+        // set-user-id is honoured only on a suid mount (fernfs mounts nosuid by default).
+        passthrough: vec!["suid".into()],
+        ..MountOptions::default()
+    };
+    let fs_ = Arc::new(Fs::mount(s.kv.clone()).unwrap());
+    let m = Mounted::spawn(fs_, &s.mp, &opts).expect("FUSE mount");
+    fs::set_permissions(&s.mp, fs::Permissions::from_mode(0o777)).unwrap();
+    let id = s.mp.join("id");
+    let euid_of_daemon = || {
+        use std::os::unix::process::CommandExt;
+        let out = std::process::Command::new(&id)
+            .arg("-u")
+            .uid(1)
+            .gid(1)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for round in 0..3 {
+        fs::copy("/usr/bin/id", &id).unwrap();
+        std::os::unix::fs::chown(&id, Some(65534), Some(65534)).unwrap();
+        fs::set_permissions(&id, fs::Permissions::from_mode(0o4755)).unwrap();
+        assert_eq!(
+            euid_of_daemon(),
+            "65534",
+            "round {round}: set-user-id works here"
+        );
+        as_nobody(
+            &s.mp,
+            "printf '\\177' | dd of=id bs=1 count=1 conv=notrunc status=none",
+            None,
+        );
+        assert_eq!(
+            euid_of_daemon(),
+            "1",
+            "round {round}: the kernel still honoured the set-user-id bit nobody's write dropped"
+        );
+        assert_eq!(mode_of(&id), 0o755);
+        fs::remove_file(&id).unwrap();
+    }
+    m.unmount().unwrap();
+}
+
 /// open(O_RDONLY|O_TRUNC) of a file being executed is ETXTBSY on Linux, and must not touch the
 /// file: with FUSE_ATOMIC_O_TRUNC the kernel let us truncate it before checking, killing the
 /// running process (SIGBUS) — pjdfstest's open::etxtbsy flake.

@@ -285,35 +285,119 @@ fn unmounting_fernfs_leaves_what_is_mounted_beneath_alone() {
 /// `enable_uring`) and a kernel with CONFIG_FUSE_IO_URING.
 #[test]
 fn unmounting_fernfs_over_io_uring_leaves_what_is_mounted_beneath_alone() {
-    use fern_fuse::uring::ENABLE_URING;
-    if skipped(Need::Fuse, fern_testkit::fuse_as_root()) {
+    let Some(param) = UringParam::take() else {
         return;
-    }
-    let was = match fs::read_to_string(ENABLE_URING) {
-        Ok(w) => w,
-        Err(e) => {
-            let why = format!("{ENABLE_URING}: {e} (kernel without CONFIG_FUSE_IO_URING)");
-            skipped(Need::Fuse, Err(why));
-            return;
-        }
     };
-    if let Err(e) = fs::write(ENABLE_URING, "1") {
-        skipped(
-            Need::Fuse,
-            Err(format!("cannot switch on {ENABLE_URING}: {e}")),
-        );
-        return;
-    }
-    // Put the parameter back as it was, whatever happens.
-    struct Restore(String);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let on = matches!(self.0.trim(), "Y" | "1");
-            let _ = fs::write(fern_fuse::uring::ENABLE_URING, if on { "1" } else { "0" });
+    param.set(true);
+    unmount_safety("uring");
+}
+
+/// Holds the kernel's `enable_uring` parameter for one test (tests of this file run in
+/// parallel and must not switch it under each other) and puts it back as it was.
+struct UringParam {
+    was: String,
+    _only_us: std::sync::MutexGuard<'static, ()>,
+}
+
+impl UringParam {
+    /// `None` (skipped, or a failure under FERN_REQUIRE_FUSE=1) without root, FUSE or a
+    /// kernel with CONFIG_FUSE_IO_URING.
+    fn take() -> Option<UringParam> {
+        use fern_fuse::uring::ENABLE_URING;
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        if skipped(Need::Fuse, fern_testkit::fuse_as_root()) {
+            return None;
+        }
+        let only_us = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        match fs::read_to_string(ENABLE_URING) {
+            Ok(was) => Some(UringParam {
+                was,
+                _only_us: only_us,
+            }),
+            Err(e) => {
+                let why = format!("{ENABLE_URING}: {e} (kernel without CONFIG_FUSE_IO_URING)");
+                skipped(Need::Fuse, Err(why));
+                None
+            }
         }
     }
-    let _restore = Restore(was);
-    unmount_safety("uring");
+
+    fn set(&self, on: bool) {
+        fs::write(fern_fuse::uring::ENABLE_URING, if on { "1" } else { "0" })
+            .expect("switch enable_uring");
+    }
+
+    fn is_on() -> bool {
+        let v = fs::read_to_string(fern_fuse::uring::ENABLE_URING).unwrap_or_default();
+        matches!(v.trim(), "Y" | "1")
+    }
+}
+
+impl Drop for UringParam {
+    fn drop(&mut self) {
+        let _ = fs::write(
+            fern_fuse::uring::ENABLE_URING,
+            if matches!(self.was.trim(), "Y" | "1") {
+                "1"
+            } else {
+                "0"
+            },
+        );
+    }
+}
+
+/// The default transport is `auto`: io_uring when the kernel allows it, else /dev/fuse with
+/// the reason in `fernfs stat`; `-o enable_uring` switches the kernel's parameter on first
+/// (and a plain mount never does).
+#[test]
+fn the_default_transport_is_uring_where_the_kernel_allows_it() {
+    let Some(param) = UringParam::take() else {
+        return;
+    };
+    let s = Scratch::new();
+    let img = s.dir.path().join("t.img");
+    let (i, m) = (img.as_os_str(), s.mnt.as_os_str());
+    ok(&["mkfs".as_ref(), i]);
+    let mount_and_stat = |opts: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["mount".as_ref(), i, m];
+        for o in opts {
+            args.extend([std::ffi::OsStr::new("-o"), std::ffi::OsStr::new(o)]);
+        }
+        ok(&args);
+        let stat = String::from_utf8_lossy(&ok(&["stat".as_ref(), m]).stdout).into_owned();
+        fs::write(s.mnt.join("f"), b"x").unwrap();
+        ok(&["umount".as_ref(), m]);
+        stat
+    };
+
+    param.set(false);
+    let stat = mount_and_stat(&[]);
+    assert!(
+        stat.contains("FUSE transport:     dev (asked: auto;") && stat.contains("enable_uring"),
+        "with the parameter off: /dev/fuse, saying why: {stat}"
+    );
+    assert!(
+        !UringParam::is_on(),
+        "a plain mount leaves the parameter alone"
+    );
+
+    let stat = mount_and_stat(&["enable_uring"]);
+    assert!(
+        stat.contains("FUSE transport:     uring (asked: auto;"),
+        "-o enable_uring: {stat}"
+    );
+    assert!(UringParam::is_on(), "-o enable_uring switched it on");
+
+    let stat = mount_and_stat(&[]);
+    assert!(
+        stat.contains("FUSE transport:     uring (asked: auto;"),
+        "the parameter on: the default is the rings: {stat}"
+    );
+    let stat = mount_and_stat(&["transport=dev"]);
+    assert!(
+        stat.contains("FUSE transport:     dev (asked: dev;"),
+        "transport=dev: {stat}"
+    );
 }
 
 /// The body of the two tests above, with `-o transport=TRANSPORT` on every mount.

@@ -26,10 +26,14 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 /// How requests travel between the kernel and the handlers (`-o transport=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Transport {
-    /// read(2)/writev(2) on `/dev/fuse`.
+    /// `Uring` where the kernel allows it, else `Dev`, quietly except for one log line
+    /// with the reason (the default: docs/fuse.md, "Transports").
     #[default]
+    Auto,
+    /// read(2)/writev(2) on `/dev/fuse`.
     Dev,
-    /// Per-CPU io_uring queues, falling back to `Dev` where the kernel does not allow them.
+    /// Per-CPU io_uring queues, falling back to `Dev` with a warning where the kernel does
+    /// not allow them.
     Uring,
 }
 
@@ -37,6 +41,7 @@ impl Transport {
     /// The option value.
     pub fn name(self) -> &'static str {
         match self {
+            Transport::Auto => "auto",
             Transport::Dev => "dev",
             Transport::Uring => "uring",
         }
@@ -47,11 +52,33 @@ impl FromStr for Transport {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "auto" => Ok(Transport::Auto),
             "dev" => Ok(Transport::Dev),
             "uring" => Ok(Transport::Uring),
-            _ => Err(format!("transport must be dev or uring, not {s:?}")),
+            _ => Err(format!("transport must be auto, dev or uring, not {s:?}")),
         }
     }
+}
+
+/// Switches FUSE over io_uring on for the whole kernel (`-o enable_uring`, root only) if it
+/// is off; returns whether this call switched it. A global setting: it stays on after the
+/// mount ends and lets every FUSE server that asks for io_uring use it, which is why a
+/// mount never does this unless told to (docs/fuse.md, "Transports").
+pub fn switch_on_uring() -> io::Result<bool> {
+    if uring_enabled().is_ok() {
+        return Ok(false);
+    }
+    std::fs::write(ENABLE_URING, "1").map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("enable_uring: cannot switch on {ENABLE_URING}: {e}"),
+        )
+    })?;
+    log::warn!(
+        "switched on {ENABLE_URING} (enable_uring): FUSE over io_uring is now allowed for every \
+         FUSE server on this machine until it is switched off or the fuse module reloaded"
+    );
+    Ok(true)
 }
 
 /// Whether this kernel lets a FUSE server use io_uring now: `Err` says why not.
@@ -88,17 +115,21 @@ impl TransportStatus {
     }
 
     fn fall_back(&self, why: String) {
-        log::warn!("FUSE transport: uring asked for, using dev: {why}");
+        if self.requested == Transport::Uring {
+            log::warn!("FUSE transport: uring asked for, using dev: {why}");
+        } else {
+            log::info!("FUSE transport: dev, as io_uring is not available: {why}");
+        }
         if let Ok(mut n) = self.note.lock() {
             *n = Some(why);
         }
     }
 
-    /// In INIT: asks for FUSE_OVER_IO_URING only if uring was requested, the parameter is
+    /// In INIT: asks for FUSE_OVER_IO_URING only if dev was not requested, the parameter is
     /// on, the kernel offers it and an io_uring can be created here — announcing it and then
     /// registering nothing would stall every request of the mount.
     pub(crate) fn negotiate(&self, config: &mut KernelConfig) {
-        if self.requested != Transport::Uring {
+        if self.requested == Transport::Dev {
             return;
         }
         if let Err(why) = uring_enabled() {
@@ -140,7 +171,7 @@ impl TransportStatus {
         self.ring_requests.load(Ordering::Relaxed)
     }
 
-    /// Why the mount does not use the transport it asked for, if it does not.
+    /// Why the mount does not use io_uring, if it asked for it (or for `auto`) and does not.
     pub fn note(&self) -> Option<String> {
         self.note.lock().ok().and_then(|n| n.clone())
     }
@@ -266,7 +297,18 @@ impl<H: Handler> Mount<H> {
         opts: &MountOptions,
         status: Arc<TransportStatus>,
     ) -> io::Result<Mount<H>> {
+        if opts.enable_uring {
+            switch_on_uring()?;
+        }
         let (fd, kernel) = KernelMount::mount(mountpoint, opts)?;
+        let mut handler = handler;
+        match fd.try_clone() {
+            Ok(dup) => handler.set_notifier(crate::notify::Notifier::new(dup)),
+            Err(e) => {
+                let _ = kernel.unmount(true);
+                return Err(e);
+            }
+        }
         let config = opts.fuser_config();
         let acl = config.acl;
         let (classic, published) = crate::Classic::new(handler, status.clone());
@@ -290,9 +332,12 @@ impl<H: Handler> Mount<H> {
             status.json()
         );
         log::info!("{line}");
-        if status.requested() == Transport::Uring {
-            // The daemons install no logger: a foreground mount says it on stderr, where it
-            // says everything else (a background one answers `fernfs stat`).
+        if status.requested() == Transport::Uring
+            || (status.requested() == Transport::Auto && status.active() == Transport::Dev)
+        {
+            // Also on stderr, where a foreground mount (`fernfs mount -f`) says everything
+            // else, when the mount does not use the rings it asked or hoped for: the reason
+            // is in the line (a background mount's log has it, and `fernfs stat`).
             eprintln!("{line}");
         }
         Ok(Mount {
