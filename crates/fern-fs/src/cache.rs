@@ -57,6 +57,14 @@ pub struct Known {
     /// the single-writer rule, like `shape`, and never trusted on a shared store (another
     /// mount may set an attribute).
     pub(crate) xattr_free: bool,
+    /// The stat mirror: the inode's stat as the store holds it, so getattr, setattr's reply
+    /// and read's size check need no read (docs/fs-design.md §4, "stat mirror"). Exact under
+    /// the single-writer rule: every stat write of the inode holds its stripe lock and drops
+    /// this before committing ([`Inodes::drop_stat`], called by `Fs::upsert_stat` and by every
+    /// put of a stat); only a holder of that lock sets it ([`Inodes::set_stat`]), or a reader
+    /// that proves no lock holder finished during its read ([`Inodes::seed_stat`]). Never
+    /// kept on a shared store. Bounded by the table: one stat per inode the kernel holds.
+    pub(crate) stat: Option<crate::attr::Stat>,
 }
 
 /// The inode table.
@@ -115,6 +123,34 @@ impl Inodes {
         }
     }
 
+    /// The mirrored stat of `id`, if this mount has one (never on a shared store). The caller
+    /// holds `id`'s lock, or accepts an answer that was exact when it was given.
+    pub(crate) fn stat(&self, id: InodeId) -> Option<crate::attr::Stat> {
+        if self.shared {
+            return None;
+        }
+        self.map.lock().get(&id).and_then(|k| k.stat)
+    }
+
+    /// Forgets the mirrored stat of `id`: a stat write of it is about to commit. The caller
+    /// holds `id`'s lock, so no one sets it again before the write has committed.
+    pub(crate) fn drop_stat(&self, id: InodeId) {
+        if let Some(k) = self.map.lock().get_mut(&id) {
+            k.stat = None;
+        }
+    }
+
+    /// Mirrors `stat` for `id`, which the caller read or computed from the store's value while
+    /// holding `id`'s lock (no stat write of `id` in flight).
+    pub(crate) fn set_stat(&self, id: InodeId, stat: crate::attr::Stat) {
+        if self.shared {
+            return;
+        }
+        if let Some(k) = self.map.lock().get_mut(&id) {
+            k.stat = Some(stat);
+        }
+    }
+
     /// Records a lookup of `id` (pin count + 1) at `loc`.
     pub fn pin(&self, id: InodeId, loc: Loc, kind: FileType) {
         let mut m = self.map.lock();
@@ -126,6 +162,7 @@ impl Inodes {
             orphan: false,
             shape: None,
             xattr_free: false,
+            stat: None,
         });
         e.loc = loc;
         e.lookups = e.lookups.saturating_add(1);

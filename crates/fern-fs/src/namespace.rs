@@ -38,6 +38,7 @@ impl Fs {
             return Err(FsError::NotFound);
         }
         let epoch = self.inodes.shape_epoch();
+        let since = self.locks.releases();
         let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
         let (loc, inode) = self.resolve(&*self.kv, parent, name, d.clone())?;
         let kind = inode.stat.kind()?;
@@ -45,6 +46,8 @@ impl Fs {
             self.dirents.put(parent, name, d.id(), loc.clone());
         }
         self.inodes.pin(d.id(), loc, kind);
+        // The kernel's getattr, setattr reply and read of this inode then read nothing.
+        self.seed_stat(d.id(), parent, inode.stat, since);
         if kind == FileType::Regular {
             // The stat is at hand: a later write of this file then reads nothing (stored.rs).
             let shape = crate::stored::Shape::of(&inode.stat, u64::from(self.sb.block_size));
@@ -258,6 +261,10 @@ impl Fs {
                 k.shape.get_or_insert(crate::stored::Shape::EMPTY);
             }
             k.xattr_free = xattr_free;
+            // Exact for the same reason: the stat just committed is the only one it had.
+            if !linked {
+                k.stat = Some(inode.stat);
+            }
         });
         Ok((self.attr_of(id, &inode)?, true))
     }
@@ -292,6 +299,8 @@ impl Fs {
                 return Err(FsError::Exists);
             }
             let mut inode = self.read_inode_at(&*txn, ino, &loc)?;
+            // The stat is rewritten (moved, or its count raised) under `ino`'s lock.
+            self.inodes.drop_stat(ino);
             if inode.stat.nlink == 0 {
                 return Err(FsError::NotFound);
             }
@@ -425,6 +434,8 @@ impl Fs {
         now: Timespec,
     ) -> FsResult<(Fate, u64)> {
         let id = d.id();
+        // Its stat changes (count, ctime) or goes; the caller holds `id`'s lock.
+        self.inodes.drop_stat(id);
         let linked = matches!(d, Dentry::Linked { .. });
         // On a shared store another mount may hold the file open: its registration, read in
         // this transaction, counts as an open here (shared.rs).

@@ -17,6 +17,14 @@ use fern_kv::{
     WriteBatch, WriteOptions,
 };
 
+/// Proptest cases per property: FERN_PROPTEST_CASES, default 96.
+pub fn proptest_cases() -> u32 {
+    std::env::var("FERN_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96)
+}
+
 pub struct Env {
     pub store: Arc<CountingStore>,
     pub fs: Arc<Fs>,
