@@ -364,13 +364,19 @@ impl Fs {
         // again, so the read cannot be stale when it counts.
         // A removal frees space, so a full store admits it (format.md, B12).
         let (id, fate, _g) = transact_opts(&*self.kv, &self.policy, |txn| {
-            let Some(v) = txn.get(self.t.dentry, &key)? else {
-                return Err(FsError::NotFound);
+            let (d, g) = match self.known_inline_file(parent, name, dir) {
+                Some(known) => known,
+                None => {
+                    let Some(v) = txn.get(self.t.dentry, &key)? else {
+                        return Err(FsError::NotFound);
+                    };
+                    let d = Dentry::decode(&v)?;
+                    check_kind(&d, dir)?;
+                    let g = self.locks.lock(&[parent, d.id()]);
+                    (d, g)
+                }
             };
-            let d = Dentry::decode(&v)?;
-            check_kind(&d, dir)?;
             let id = d.id();
-            let g = self.locks.lock(&[parent, id]);
             let (ploc, _) = self.loc(parent)?;
             txn.batch().delete(self.t.dentry, key.clone());
             let mut pd = StatDelta {
@@ -393,6 +399,32 @@ impl Fs {
         }
         self.settle(id, fate);
         Ok(())
+    }
+
+    /// For unlink of a file the kernel has just looked up (rm -r, F9b): the entry `name` in
+    /// `parent` as this mount knows it exactly — a regular file whose stat is inline there and
+    /// mirrored — with the locks of `parent` and the file taken, so the removal need not read
+    /// the entry again. `None` (no lock held): read it. Never on a shared store, where another
+    /// mount may have changed the entry.
+    fn known_inline_file(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        dir: bool,
+    ) -> Option<(Dentry, crate::locks::Held<'_>)> {
+        if dir {
+            return None;
+        }
+        let id = self.inodes.name_hint(parent, name)?;
+        let g = self.locks.lock(&[parent, id]);
+        // Checked under both locks: every move of `id`'s entry holds them.
+        let stat = self.inodes.inline_file_at(id, parent, name)?;
+        let inode = Inode {
+            stat,
+            // A regular file keeps no payload in its record (its data is in `fs.data`).
+            payload: Vec::new(),
+        };
+        Some((Dentry::Inline { id, inode }, g))
     }
 
     /// Appends the removal of empty directory `id`'s own keys; fails if it has entries. The

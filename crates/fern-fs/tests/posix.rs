@@ -1721,9 +1721,10 @@ fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
 /// The stat mirror (docs/fs-design.md §4): on a store this mount alone writes, the attributes of
 /// a file it created or looked up are answered from memory — getattr, setattr's reply (untar's
 /// utime and chmod, F10) and read's size check read nothing — and every answer is what a fresh
-/// mount reads from the store. On a shared store (etcd) each of them reads.
+/// mount reads from the store; unlink after a lookup (rm -r, F9b) does not read the entry
+/// again. On a shared store (etcd) each of them reads.
 #[test]
-fn stat_mirror_answers_getattr_setattr_and_read_without_reading() {
+fn stat_mirror_answers_getattr_setattr_read_and_unlink_without_reading() {
     let e = env();
     let sole = fern_kv::KvStore::session(&*e.store)
         .expect("session")
@@ -1792,4 +1793,14 @@ fn stat_mirror_answers_getattr_setattr_and_read_without_reading() {
     assert_eq!(g, h);
     let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
     assert_eq!(i, ro.lookup(root, b"m").expect("fresh lookup"));
+
+    // rm's unlink after its lookup: the entry is known exactly, so it is not read again.
+    let reads = e.store.reads();
+    e.fs.unlink(root, b"m").expect("unlink");
+    if sole {
+        assert_eq!(e.store.reads() - reads, 0, "unlink re-read the entry");
+    }
+    let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+    assert_eq!(err(ro.lookup(root, b"m")), libc::ENOENT);
+    assert_eq!(err(e.fs.getattr(g.ino)), libc::ENOENT);
 }
