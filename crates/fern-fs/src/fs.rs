@@ -323,10 +323,11 @@ impl Fs {
 
     /// Mirrors `stat`, read from the store without `ino`'s lock after
     /// [`crate::locks::Stripes::releases`] returned `since`, if that proves it current: `ino`'s
-    /// stripe is free now (or is `held`, the caller's), and no lock set was released since
+    /// stripe is free now (or is that of `held`, a lock the caller holds since before `since`),
+    /// and no lock set was released since
     /// `since` — every stat write holds `ino`'s lock until after its commit, so a write that
     /// committed after the read began would have released it in between.
-    pub(crate) fn seed_stat(&self, ino: InodeId, held: InodeId, stat: Stat, since: u64) {
+    pub(crate) fn seed_stat(&self, ino: InodeId, held: Option<InodeId>, stat: Stat, since: u64) {
         if self.is_shared() {
             return;
         }

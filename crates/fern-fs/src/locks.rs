@@ -67,12 +67,17 @@ impl Stripes {
         self.released.load(Ordering::Acquire)
     }
 
-    /// Runs `f` holding `id`'s stripe if it is free now, or if `held` (a stripe the caller
-    /// already holds) is the same stripe; `None` without running it otherwise. Never waits,
-    /// so it may be called while holding any other stripe.
-    pub fn with_free<T>(&self, id: InodeId, held: InodeId, f: impl FnOnce() -> T) -> Option<T> {
+    /// Runs `f` holding `id`'s stripe if it is free now, or if `held` (an id whose stripe the
+    /// caller already holds) is in the same stripe; `None` without running it otherwise. Never
+    /// waits, so it may be called while holding any other stripe.
+    pub fn with_free<T>(
+        &self,
+        id: InodeId,
+        held: Option<InodeId>,
+        f: impl FnOnce() -> T,
+    ) -> Option<T> {
         let i = Self::stripe(id);
-        if i == Self::stripe(held) {
+        if held.is_some_and(|h| Self::stripe(h) == i) {
             return Some(f());
         }
         let g = self.locks[i].try_lock()?;

@@ -47,7 +47,7 @@ impl Fs {
         }
         self.inodes.pin(d.id(), loc, kind);
         // The kernel's getattr, setattr reply and read of this inode then read nothing.
-        self.seed_stat(d.id(), parent, inode.stat, since);
+        self.seed_stat(d.id(), Some(parent), inode.stat, since);
         if kind == FileType::Regular {
             // The stat is at hand: a later write of this file then reads nothing (stored.rs).
             let shape = crate::stored::Shape::of(&inode.stat, u64::from(self.sb.block_size));

@@ -1777,8 +1777,23 @@ fn stat_mirror_answers_getattr_setattr_read_and_unlink_without_reading() {
     }
     e.fs.release(fh).expect("release");
 
-    // After a remount, a lookup seeds it: getattr and a setattr reply read nothing.
+    // After a remount, a readdirplus seeds it (os.walk then read, F3) ...
     let e = e.remount();
+    let dh = e.fs.opendir(root).expect("opendir");
+    let listed = e.fs.readdir(dh, 0, 100, true).expect("readdirplus");
+    e.fs.releasedir(dh).expect("releasedir");
+    let m = listed
+        .iter()
+        .find(|(_, d)| d.name == b"m")
+        .and_then(|(_, d)| d.attr)
+        .expect("m listed with attributes");
+    let reads = e.store.reads();
+    assert_eq!(e.fs.getattr(m.ino).expect("getattr"), m);
+    if sole {
+        assert_eq!(e.store.reads() - reads, 0, "a listed stat was read again");
+    }
+    e.fs.forget(m.ino, 1);
+    // ... and so does a lookup: getattr and a setattr reply read nothing.
     let g = e.fs.lookup(root, b"m").expect("lookup");
     let reads = e.store.reads();
     let h = e.fs.getattr(g.ino).expect("getattr");
