@@ -117,8 +117,13 @@ impl Fs {
             atime: Some(now),
             ..StatDelta::default()
         };
+        let before = self.inodes.stat(ino);
         self.upsert_stat(&mut b, ino, &loc, &d)?;
         match self.kv.write(b, WriteOptions::NO_SYNC) {
+            Ok(()) => {
+                self.stat_applied(ino, before, &d);
+                Ok(())
+            }
             // A read must not fail because its atime could not be recorded: a full store
             // refuses new data (format.md B12), and an atime is not worth its reserve.
             Err(fern_kv::KvError::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => Ok(()),

@@ -57,12 +57,25 @@ pub struct Known {
     /// the single-writer rule, like `shape`, and never trusted on a shared store (another
     /// mount may set an attribute).
     pub(crate) xattr_free: bool,
+    /// The stat mirror: the inode's stat as the store holds it, so getattr, setattr's reply
+    /// and read's size check need no read (docs/fs-design.md §4, "stat mirror"). Exact under
+    /// the single-writer rule: every stat write of the inode holds its stripe lock and drops
+    /// this before committing ([`Inodes::drop_stat`], called by `Fs::upsert_stat` and by every
+    /// put of a stat); only a holder of that lock sets it ([`Inodes::set_stat`]), or a reader
+    /// that proves no lock holder finished during its read ([`Inodes::seed_stat`]). Never
+    /// kept on a shared store. Bounded by the table: one stat per inode the kernel holds.
+    pub(crate) stat: Option<crate::attr::Stat>,
 }
 
 /// The inode table.
 #[derive(Default)]
 pub struct Inodes {
     map: Mutex<HashMap<InodeId, Known>>,
+    /// (parent, name) → the inode last pinned or moved there with its stat inline in that
+    /// entry: a hint that lets unlink skip reading the entry the kernel's lookup just read.
+    /// Never trusted alone: [`Inodes::inline_file_at`] checks the inode's own location
+    /// (exact for every inode in the table) under the locks. Cleared when full.
+    by_name: Mutex<HashMap<(InodeId, Vec<u8>), InodeId>>,
     /// Bumped by every committed change of a file's shape: a lookup that read a stat seeds
     /// the shape from it only if no change committed since it started (stored.rs).
     shape_epoch: AtomicU64,
@@ -115,8 +128,83 @@ impl Inodes {
         }
     }
 
+    /// The mirrored stat of `id`, if this mount has one (never on a shared store). The caller
+    /// holds `id`'s lock, or accepts an answer that was exact when it was given.
+    pub(crate) fn stat(&self, id: InodeId) -> Option<crate::attr::Stat> {
+        if self.shared {
+            return None;
+        }
+        self.map.lock().get(&id).and_then(|k| k.stat)
+    }
+
+    /// Forgets the mirrored stat of `id`: a stat write of it is about to commit. The caller
+    /// holds `id`'s lock, so no one sets it again before the write has committed.
+    pub(crate) fn drop_stat(&self, id: InodeId) {
+        if let Some(k) = self.map.lock().get_mut(&id) {
+            k.stat = None;
+        }
+    }
+
+    /// Mirrors `stat` for `id`, which the caller read or computed from the store's value while
+    /// holding `id`'s lock (no stat write of `id` in flight).
+    pub(crate) fn set_stat(&self, id: InodeId, stat: crate::attr::Stat) {
+        if self.shared {
+            return;
+        }
+        if let Some(k) = self.map.lock().get_mut(&id) {
+            k.stat = Some(stat);
+        }
+    }
+
+    /// Remembers that `id` is at `loc` for [`Inodes::inline_file_at`] (regular files inline in
+    /// an entry only: the only ones whose removal it can answer).
+    fn hint(&self, id: InodeId, loc: &Loc, kind: FileType) {
+        if self.shared || kind != FileType::Regular {
+            return;
+        }
+        if let Loc::Entry { parent, name } = loc {
+            let mut h = self.by_name.lock();
+            if h.len() >= MAX_NAME_HINTS {
+                // Forgetting costs a read later, never correctness.
+                h.clear();
+            }
+            h.insert((*parent, name.clone()), id);
+        }
+    }
+
+    /// The regular file whose stat is inline in entry `name` of `parent`, with that stat
+    /// (from the mirror), when this mount knows it exactly; the caller holds the locks of
+    /// `parent` and of the returned inode's id, which it must check with
+    /// [`Inodes::name_hint`] first. Exact because every inode's location in the table is
+    /// (the single-writer rule, above), and the mirror is.
+    pub(crate) fn inline_file_at(
+        &self,
+        id: InodeId,
+        parent: InodeId,
+        name: &[u8],
+    ) -> Option<crate::attr::Stat> {
+        if self.shared {
+            return None;
+        }
+        let m = self.map.lock();
+        let k = m.get(&id)?;
+        let here = matches!(&k.loc, Loc::Entry { parent: p, name: n } if *p == parent && n == name);
+        (here && !k.orphan && k.kind == FileType::Regular)
+            .then_some(k.stat)
+            .flatten()
+    }
+
+    /// The inode last known at (parent, name) with an inline stat; only a hint.
+    pub(crate) fn name_hint(&self, parent: InodeId, name: &[u8]) -> Option<InodeId> {
+        if self.shared {
+            return None;
+        }
+        self.by_name.lock().get(&(parent, name.to_vec())).copied()
+    }
+
     /// Records a lookup of `id` (pin count + 1) at `loc`.
     pub fn pin(&self, id: InodeId, loc: Loc, kind: FileType) {
+        self.hint(id, &loc, kind);
         let mut m = self.map.lock();
         let e = m.entry(id).or_insert(Known {
             loc: loc.clone(),
@@ -126,6 +214,7 @@ impl Inodes {
             orphan: false,
             shape: None,
             xattr_free: false,
+            stat: None,
         });
         e.loc = loc;
         e.lookups = e.lookups.saturating_add(1);
@@ -159,7 +248,12 @@ impl Inodes {
 
     /// Moves `id` to `loc` if it is known (an unknown inode needs no bookkeeping).
     pub fn relocate(&self, id: InodeId, loc: Loc) {
-        self.update(id, |k| k.loc = loc);
+        if let Some(kind) = self.update(id, |k| {
+            k.loc = loc.clone();
+            k.kind
+        }) {
+            self.hint(id, &loc, kind);
+        }
     }
 
     /// Removes the entry when nothing holds it any more.
@@ -172,6 +266,9 @@ impl Inodes {
         }
     }
 }
+
+/// Most (parent, name) hints [`Inodes`] keeps before it starts over.
+const MAX_NAME_HINTS: usize = 1 << 16;
 
 /// Most names remembered for one directory; a bigger directory falls back to reads.
 const MAX_NAMES_PER_DIR: usize = 100_000;

@@ -32,16 +32,16 @@ const POINT_READ_BLOCKS: u64 = 8;
 impl Fs {
     /// Reads up to `size` bytes of `ino` at `offset`; short at end of file.
     pub fn read(&self, ino: InodeId, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let inode = {
+        let stat = {
             let _g = self.locks.lock(&[ino]);
-            self.read_inode(ino)?
+            self.stat_locked(ino)?
         };
-        match inode.stat.kind()? {
+        match stat.kind()? {
             FileType::Regular => {}
             FileType::Directory => return Err(FsError::IsDir),
             _ => return Err(FsError::Invalid),
         }
-        let file_size = inode.stat.size;
+        let file_size = stat.size;
         if offset >= file_size || size == 0 {
             return Ok(Vec::new());
         }
@@ -68,7 +68,7 @@ impl Fs {
                 );
             }
         }
-        self.touch_atime(ino, &inode.stat)?;
+        self.touch_atime(ino, &stat)?;
         Ok(out)
     }
 
@@ -190,8 +190,10 @@ impl Fs {
                 stored_blocks: Some(after.stored),
                 ..StatDelta::default()
             };
+            let before = self.inodes.stat(ino);
             self.upsert_stat(&mut b, ino, &loc, &d)?;
             self.kv.write(b, WriteOptions::NO_SYNC)?;
+            self.stat_applied(ino, before, &d);
             shape = after;
             self.set_shape(ino, shape);
             done += n;

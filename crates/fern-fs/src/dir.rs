@@ -307,6 +307,7 @@ impl Fs {
     /// Entry `e` of `dir` with its attributes read now, pinned; `None` if the name is gone
     /// or names another inode since it was listed.
     fn fresh_plus(&self, dir: InodeId, mut e: DirEntry) -> FsResult<Option<DirEntry>> {
+        let since = self.locks.releases();
         let Some(d) = self.peek(dir, &e.name)? else {
             return Ok(None);
         };
@@ -318,6 +319,8 @@ impl Fs {
         e.kind = attr.kind;
         e.attr = Some(attr);
         self.inodes.pin(e.ino, loc, e.kind);
+        // As a lookup does: the kernel's open and read of a listed file (F3) then read no stat.
+        self.seed_stat(e.ino, None, inode.stat, since);
         Ok(Some(e))
     }
 

@@ -307,7 +307,56 @@ impl Fs {
     ) -> FsResult<()> {
         let (tree, key) = self.stat_key(ino, loc)?;
         b.upsert(tree, key, FN_STAT, d.encode());
+        // The caller holds `ino`'s lock: the mirror stays empty until the write has committed
+        // and the lock's holder (or a later one) sets it from the store's value.
+        self.inodes.drop_stat(ino);
         Ok(())
+    }
+
+    /// The stat of `ino` for a caller holding its lock: the mirror, or one read of the store
+    /// that then fills it (exact: no stat write of `ino` is in flight while the lock is held).
+    pub(crate) fn stat_locked(&self, ino: InodeId) -> FsResult<Stat> {
+        let (loc, _) = self.loc(ino)?;
+        if let Some(s) = self.inodes.stat(ino) {
+            return Ok(s);
+        }
+        let s = self.read_inode_at(&*self.kv, ino, &loc)?.stat;
+        self.inodes.set_stat(ino, s);
+        Ok(s)
+    }
+
+    /// After a committed blind stat update `d` of `ino` (the caller still holding its lock):
+    /// the mirror becomes `before` (the mirror's value taken before the batch was built) with
+    /// `d` applied, which is what the store now holds. `None` when nothing was mirrored.
+    pub(crate) fn stat_applied(
+        &self,
+        ino: InodeId,
+        before: Option<Stat>,
+        d: &StatDelta,
+    ) -> Option<Stat> {
+        let mut s = before?;
+        d.apply(&mut s);
+        self.inodes.set_stat(ino, s);
+        Some(s)
+    }
+
+    /// Mirrors `stat`, read from the store without `ino`'s lock after
+    /// [`crate::locks::Stripes::releases`] returned `since`, if that proves it current: `ino`'s
+    /// stripe is free now (or is that of `held`, a lock the caller holds since before `since`),
+    /// and no lock set was released since
+    /// `since` — every stat write holds `ino`'s lock until after its commit, so a write that
+    /// committed after the read began would have released it in between.
+    pub(crate) fn seed_stat(&self, ino: InodeId, held: Option<InodeId>, stat: Stat, since: u64) {
+        if self.is_shared() {
+            return;
+        }
+        self.locks.with_free(ino, held, || {
+            if self.locks.releases() == since {
+                self.inodes.update(ino, |k| {
+                    k.stat.get_or_insert(stat);
+                });
+            }
+        });
     }
 
     /// Public attributes of `inode` with id `ino`.

@@ -63,8 +63,7 @@ impl Fs {
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: InodeId) -> FsResult<Attr> {
         let _g = self.locks.lock(&[ino]);
-        let inode = self.read_inode(ino)?;
-        self.attr_of(ino, &inode)
+        self.stat_locked(ino)?.to_attr(ino, self.sb.block_size)
     }
 
     /// access(2): whether `cred` may access `ino` with `mask` (`perm::MAY_*`), by its mode and
@@ -95,13 +94,14 @@ impl Fs {
 
     fn setattr_with(&self, ino: InodeId, sa: &SetAttr, kill_suid: bool) -> FsResult<Attr> {
         let _g = self.locks.lock(&[ino]);
-        let (loc, kind) = self.set_attributes_locked(ino, sa, kill_suid)?;
-        let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
+        let kind = self.set_attributes_locked(ino, sa, kill_suid)?;
+        // The reply's attributes: the mirror with the change applied, or one read.
+        let stat = self.stat_locked(ino)?;
         if kind == FileType::Directory {
             // Under this directory's lock, like every create in it (owner.rs).
-            self.dir_table.note_stat(ino, &inode.stat);
+            self.dir_table.note_stat(ino, &stat);
         }
-        self.attr_of(ino, &inode)
+        stat.to_attr(ino, self.sb.block_size)
     }
 
     /// [`Fs::setattr_as`] without reading the attributes back: the change is one blind write,
@@ -109,23 +109,23 @@ impl Fs {
     pub fn set_attributes_as(&self, cred: &Cred, ino: InodeId, sa: &SetAttr) -> FsResult<()> {
         let kill_suid = crate::owner::kills_suid(cred);
         let _g = self.locks.lock(&[ino]);
-        let (loc, kind) = self.set_attributes_locked(ino, sa, kill_suid)?;
+        let kind = self.set_attributes_locked(ino, sa, kill_suid)?;
         if kind == FileType::Directory {
             // The set-gid table follows a directory's mode and group (owner.rs).
-            let inode = self.read_inode_at(&*self.kv, ino, &loc)?;
-            self.dir_table.note_stat(ino, &inode.stat);
+            let stat = self.stat_locked(ino)?;
+            self.dir_table.note_stat(ino, &stat);
         }
         Ok(())
     }
 
-    /// Writes the change of a setattr; the caller holds `ino`'s lock. Returns where the inode
-    /// lives and its kind.
+    /// Writes the change of a setattr; the caller holds `ino`'s lock. Returns the inode's
+    /// kind. The stat mirror, if it held the inode, holds the changed stat after it.
     fn set_attributes_locked(
         &self,
         ino: InodeId,
         sa: &SetAttr,
         kill_suid: bool,
-    ) -> FsResult<(Loc, FileType)> {
+    ) -> FsResult<FileType> {
         let (loc, kind) = self.loc(ino)?;
         let now = Timespec::now();
         let mut b = WriteBatch::new();
@@ -198,6 +198,7 @@ impl Fs {
         if let Some(t) = sa.ctime {
             d.ctime = Some(t);
         }
+        let before = self.inodes.stat(ino);
         self.upsert_stat(&mut b, ino, &loc, &d)?;
         // A truncate frees space, so a full store admits it (format.md, B12).
         let opts = match sa.size {
@@ -205,10 +206,11 @@ impl Fs {
             None => WriteOptions::NO_SYNC,
         };
         self.kv.write(b, opts)?;
+        self.stat_applied(ino, before, &d);
         if let Some(s) = new_shape {
             self.set_shape(ino, s);
         }
-        Ok((loc, kind))
+        Ok(kind)
     }
 
     /// Opens `ino`; the handle keeps the inode (and its data, if it is unlinked) alive until

@@ -38,6 +38,7 @@ impl Fs {
             return Err(FsError::NotFound);
         }
         let epoch = self.inodes.shape_epoch();
+        let since = self.locks.releases();
         let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
         let (loc, inode) = self.resolve(&*self.kv, parent, name, d.clone())?;
         let kind = inode.stat.kind()?;
@@ -45,6 +46,8 @@ impl Fs {
             self.dirents.put(parent, name, d.id(), loc.clone());
         }
         self.inodes.pin(d.id(), loc, kind);
+        // The kernel's getattr, setattr reply and read of this inode then read nothing.
+        self.seed_stat(d.id(), Some(parent), inode.stat, since);
         if kind == FileType::Regular {
             // The stat is at hand: a later write of this file then reads nothing (stored.rs).
             let shape = crate::stored::Shape::of(&inode.stat, u64::from(self.sb.block_size));
@@ -258,6 +261,10 @@ impl Fs {
                 k.shape.get_or_insert(crate::stored::Shape::EMPTY);
             }
             k.xattr_free = xattr_free;
+            // Exact for the same reason: the stat just committed is the only one it had.
+            if !linked {
+                k.stat = Some(inode.stat);
+            }
         });
         Ok((self.attr_of(id, &inode)?, true))
     }
@@ -292,6 +299,8 @@ impl Fs {
                 return Err(FsError::Exists);
             }
             let mut inode = self.read_inode_at(&*txn, ino, &loc)?;
+            // The stat is rewritten (moved, or its count raised) under `ino`'s lock.
+            self.inodes.drop_stat(ino);
             if inode.stat.nlink == 0 {
                 return Err(FsError::NotFound);
             }
@@ -355,13 +364,19 @@ impl Fs {
         // again, so the read cannot be stale when it counts.
         // A removal frees space, so a full store admits it (format.md, B12).
         let (id, fate, _g) = transact_opts(&*self.kv, &self.policy, |txn| {
-            let Some(v) = txn.get(self.t.dentry, &key)? else {
-                return Err(FsError::NotFound);
+            let (d, g) = match self.known_inline_file(parent, name, dir) {
+                Some(known) => known,
+                None => {
+                    let Some(v) = txn.get(self.t.dentry, &key)? else {
+                        return Err(FsError::NotFound);
+                    };
+                    let d = Dentry::decode(&v)?;
+                    check_kind(&d, dir)?;
+                    let g = self.locks.lock(&[parent, d.id()]);
+                    (d, g)
+                }
             };
-            let d = Dentry::decode(&v)?;
-            check_kind(&d, dir)?;
             let id = d.id();
-            let g = self.locks.lock(&[parent, id]);
             let (ploc, _) = self.loc(parent)?;
             txn.batch().delete(self.t.dentry, key.clone());
             let mut pd = StatDelta {
@@ -384,6 +399,32 @@ impl Fs {
         }
         self.settle(id, fate);
         Ok(())
+    }
+
+    /// For unlink of a file the kernel has just looked up (rm -r, F9b): the entry `name` in
+    /// `parent` as this mount knows it exactly — a regular file whose stat is inline there and
+    /// mirrored — with the locks of `parent` and the file taken, so the removal need not read
+    /// the entry again. `None` (no lock held): read it. Never on a shared store, where another
+    /// mount may have changed the entry.
+    fn known_inline_file(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        dir: bool,
+    ) -> Option<(Dentry, crate::locks::Held<'_>)> {
+        if dir {
+            return None;
+        }
+        let id = self.inodes.name_hint(parent, name)?;
+        let g = self.locks.lock(&[parent, id]);
+        // Checked under both locks: every move of `id`'s entry holds them.
+        let stat = self.inodes.inline_file_at(id, parent, name)?;
+        let inode = Inode {
+            stat,
+            // A regular file keeps no payload in its record (its data is in `fs.data`).
+            payload: Vec::new(),
+        };
+        Some((Dentry::Inline { id, inode }, g))
     }
 
     /// Appends the removal of empty directory `id`'s own keys; fails if it has entries. The
@@ -425,6 +466,8 @@ impl Fs {
         now: Timespec,
     ) -> FsResult<(Fate, u64)> {
         let id = d.id();
+        // Its stat changes (count, ctime) or goes; the caller holds `id`'s lock.
+        self.inodes.drop_stat(id);
         let linked = matches!(d, Dentry::Linked { .. });
         // On a shared store another mount may hold the file open: its registration, read in
         // this transaction, counts as an open here (shared.rs).

@@ -230,6 +230,8 @@ impl Fs {
         key: &[u8],
         now: Timespec,
     ) -> FsResult<()> {
+        // Its ctime changes; the caller holds the moved inode's lock.
+        self.inodes.drop_stat(d.id());
         match d {
             Dentry::Inline { id, inode } => {
                 let mut inode = inode.clone();

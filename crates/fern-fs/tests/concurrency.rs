@@ -141,3 +141,44 @@ fn big_writes_split_under_etcd_limits() {
         .expect("unlink of a big file fits one transaction");
     assert_eq!(e.keys_in("fs.data"), 0);
 }
+
+/// Lookups seed the stat mirror without the inode's lock (docs/fs-design.md §4, rule 4). A
+/// stat write (setxattr's ctime) committed while a lookup's read is in flight (the store
+/// answers, then waits) must keep that lookup from seeding the stat it read: afterwards this
+/// mount answers what a fresh mount reads.
+#[test]
+fn a_lookup_never_seeds_a_stat_a_racing_write_made_stale() {
+    use fern_fs::{Cred, Fs, InodeId, OpenFlags};
+    use std::sync::atomic::Ordering;
+    let e = common::env();
+    let root = InodeId::ROOT;
+    let flags = OpenFlags {
+        write: true,
+        ..OpenFlags::default()
+    };
+    let (f, fh) =
+        e.fs.create(&Cred::root(), root, b"f", 0o644, flags)
+            .expect("create");
+    e.fs.release(fh).expect("release");
+    for round in 0..20u32 {
+        e.store.read_delay_us.store(20_000, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            let fs = &e.fs;
+            s.spawn(move || {
+                let a = fs.lookup(root, b"f").expect("lookup");
+                fs.forget(a.ino, 1);
+            });
+            s.spawn(move || {
+                // Inside the lookup's 20 ms wait.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                // Changes the ctime and leaves the mirror empty (nothing applies it).
+                fs.setxattr(f.ino, b"user.k", &round.to_be_bytes(), 0)
+                    .expect("setxattr");
+            });
+        });
+        e.store.read_delay_us.store(0, Ordering::SeqCst);
+        let ro = Fs::mount_read_only(e.store.clone()).expect("fresh mount");
+        let want = ro.lookup(root, b"f").expect("fresh lookup");
+        assert_eq!(e.fs.getattr(f.ino).expect("getattr"), want, "round {round}");
+    }
+}

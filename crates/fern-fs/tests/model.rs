@@ -686,15 +686,8 @@ fn model_rename(m: &mut Model, a: &[String], b: &[String], flags: u32) -> Result
     Ok(())
 }
 
-fn cases() -> u32 {
-    std::env::var("FERN_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(96)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::proptest_cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn fern_fs_matches_the_model(ops in prop::collection::vec(op(), 1..80), bs in prop::sample::select(vec![512u32, 4096])) {

@@ -7,7 +7,7 @@ use common::mem_store as open_store;
 use common::env;
 use fern_fs::path::OpenOptions;
 use fern_fs::FALLOC_FL_ZERO_RANGE;
-use fern_fs::{FileType, FsError, OpenFlags, SetAttr, TimeSet, Timespec};
+use fern_fs::{FileType, Fs, FsError, OpenFlags, SetAttr, TimeSet, Timespec};
 use fern_fs::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 fn rw() -> OpenOptions {
@@ -1665,10 +1665,11 @@ fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
     let (reads, scans) = (e.store.reads(), e.store.scans());
     let got = e.fs.read(f.ino, 100, 3 * bs as u32).expect("read");
     assert_eq!(got, data[100..100 + 3 * bs]);
+    // The stat comes from this mount's stat mirror where it is the only writer.
     assert_eq!(
         (e.store.reads() - reads, e.store.scans() - scans),
-        (2, 1),
-        "a remote store's read: the stat and one scan"
+        (if sole { 1 } else { 2 }, 1),
+        "a remote store's read: the stat (unless mirrored) and one scan"
     );
     e.store
         .remote
@@ -1742,4 +1743,106 @@ fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
             "rmdir of a directory made here scanned"
         );
     }
+}
+
+/// The stat mirror (docs/fs-design.md §4): on a store this mount alone writes, the attributes of
+/// a file it created or looked up are answered from memory — getattr, setattr's reply (untar's
+/// utime and chmod, F10) and read's size check read nothing — and every answer is what a fresh
+/// mount reads from the store; unlink after a lookup (rm -r, F9b) does not read the entry
+/// again. On a shared store (etcd) each of them reads.
+#[test]
+fn stat_mirror_answers_getattr_setattr_read_and_unlink_without_reading() {
+    let e = env();
+    let sole = fern_kv::KvStore::session(&*e.store)
+        .expect("session")
+        .is_none();
+    let cred = fern_fs::Cred::root();
+    let flags = OpenFlags {
+        write: true,
+        exclusive: true,
+        ..OpenFlags::default()
+    };
+    let root = fern_fs::InodeId::ROOT;
+    let (f, fh) =
+        e.fs.create(&cred, root, b"m", 0o644, flags)
+            .expect("create");
+    e.fs.write(fh, 0, b"hello").expect("write");
+    let fresh = || {
+        let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+        ro.lookup(root, b"m").expect("fresh lookup")
+    };
+    let reads = e.store.reads();
+    let utime = SetAttr {
+        atime: Some(TimeSet::At(Timespec { sec: 7, nsec: 8 })),
+        mtime: Some(TimeSet::At(Timespec { sec: 9, nsec: 10 })),
+        ..SetAttr::default()
+    };
+    let a = e.fs.setattr(f.ino, &utime).expect("utime");
+    let chmod = SetAttr {
+        mode: Some(0o600),
+        ..SetAttr::default()
+    };
+    let b = e.fs.setattr(f.ino, &chmod).expect("chmod");
+    let c = e.fs.getattr(f.ino).expect("getattr");
+    assert_eq!(e.fs.read(f.ino, 0, 100).expect("read"), b"hello");
+    let used = e.store.reads() - reads;
+    assert_eq!(b, c);
+    assert_eq!(
+        (a.mtime, a.size, b.perm),
+        (Timespec { sec: 9, nsec: 10 }, 5, 0o600)
+    );
+    let d = e.fs.getattr(f.ino).expect("getattr");
+    assert_eq!(d, fresh(), "the mirror differs from the store");
+    if sole {
+        // The read's one point read is its data block.
+        assert_eq!(used, 1, "setattr, getattr or read read the stat");
+    } else {
+        assert!(
+            used >= 4,
+            "a shared store's attributes must be read each time"
+        );
+    }
+    e.fs.release(fh).expect("release");
+
+    // After a remount, a readdirplus seeds it (os.walk then read, F3) ...
+    let e = e.remount();
+    let dh = e.fs.opendir(root).expect("opendir");
+    let listed = e.fs.readdir(dh, 0, 100, true).expect("readdirplus");
+    e.fs.releasedir(dh).expect("releasedir");
+    let m = listed
+        .iter()
+        .find(|(_, d)| d.name == b"m")
+        .and_then(|(_, d)| d.attr)
+        .expect("m listed with attributes");
+    let reads = e.store.reads();
+    assert_eq!(e.fs.getattr(m.ino).expect("getattr"), m);
+    if sole {
+        assert_eq!(e.store.reads() - reads, 0, "a listed stat was read again");
+    }
+    e.fs.forget(m.ino, 1);
+    // ... and so does a lookup: getattr and a setattr reply read nothing.
+    let g = e.fs.lookup(root, b"m").expect("lookup");
+    let reads = e.store.reads();
+    let h = e.fs.getattr(g.ino).expect("getattr");
+    let i = e.fs.setattr(g.ino, &utime).expect("utime");
+    if sole {
+        assert_eq!(
+            e.store.reads() - reads,
+            0,
+            "a looked-up stat was read again"
+        );
+    }
+    assert_eq!(g, h);
+    let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+    assert_eq!(i, ro.lookup(root, b"m").expect("fresh lookup"));
+
+    // rm's unlink after its lookup: the entry is known exactly, so it is not read again.
+    let reads = e.store.reads();
+    e.fs.unlink(root, b"m").expect("unlink");
+    if sole {
+        assert_eq!(e.store.reads() - reads, 0, "unlink re-read the entry");
+    }
+    let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+    assert_eq!(err(ro.lookup(root, b"m")), libc::ENOENT);
+    assert_eq!(err(e.fs.getattr(g.ino)), libc::ENOENT);
 }

@@ -17,6 +17,14 @@ use fern_kv::{
     WriteBatch, WriteOptions,
 };
 
+/// Proptest cases per property: FERN_PROPTEST_CASES, default 96.
+pub fn proptest_cases() -> u32 {
+    std::env::var("FERN_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96)
+}
+
 pub struct Env {
     pub store: Arc<CountingStore>,
     pub fs: Arc<Fs>,
@@ -76,6 +84,9 @@ pub struct CountingStore {
     counts: Counts,
     /// Claim expensive point reads, as a remote store (etcd) does.
     pub remote: std::sync::atomic::AtomicBool,
+    /// Microseconds each point read outside a transaction waits before returning its answer:
+    /// widens the window between a read and its use, for race tests.
+    pub read_delay_us: std::sync::atomic::AtomicU64,
 }
 
 /// The read counters of a [`CountingStore`], shared with its transactions: every read through
@@ -117,6 +128,7 @@ impl CountingStore {
             inner,
             counts: Counts::default(),
             remote: std::sync::atomic::AtomicBool::new(false),
+            read_delay_us: std::sync::atomic::AtomicU64::new(0),
         }
     }
     pub fn reads(&self) -> usize {
@@ -129,7 +141,13 @@ impl CountingStore {
 
 impl KvRead for CountingStore {
     fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.counts.get(&*self.inner, tree, key)
+        let got = self.counts.get(&*self.inner, tree, key);
+        let delay = self.read_delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            // The answer is as of before the wait: a write may commit before the reader uses it.
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
+        got
     }
     fn scan(
         &self,
