@@ -92,6 +92,8 @@ pub struct Fs {
     pub(crate) atime: crate::atime::AtimeSetting,
     /// Set on a shared store: this mount's session and the registration tree (shared.rs).
     pub(crate) shared: Option<crate::shared::Shared>,
+    /// Whole extents read for requests that covered part of one (extent.rs).
+    pub(crate) extent_cache: crate::extent::ExtentCache,
 }
 
 impl Fs {
@@ -180,6 +182,7 @@ impl Fs {
             read_only: true,
             atime: Default::default(),
             shared,
+            extent_cache: Default::default(),
         };
         fs.inodes
             .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);
@@ -208,7 +211,7 @@ impl Fs {
             }
             let mut b = WriteBatch::new();
             for (k, _) in &page {
-                self.free_inode(&mut b, schema::parse_id_key(k)?);
+                self.free_file(&mut b, schema::parse_id_key(k)?, None)?;
             }
             self.kv.write(b, WriteOptions::NO_SYNC.freeing(0))?;
         }
