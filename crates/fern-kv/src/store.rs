@@ -69,6 +69,8 @@ pub trait KvRead {
 
     /// Fills `buf`, exactly the extent's length, with the bytes of the live extent `r`
     /// (crate `extent` docs). Not recorded as a transaction read: the row that held `r` was.
+    /// A wrapper store that forwards [`KvStore::limits`] must forward this (and
+    /// [`KvStore::extents`]) too: its callers take `limits().extents` as a promise.
     fn read_extent(&self, r: &ExtentRef, buf: &mut [u8]) -> KvResult<()> {
         let _ = (r, buf);
         Err(KvError::Unsupported {
