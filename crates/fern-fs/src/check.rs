@@ -24,6 +24,10 @@
 //! * S7 orphan records name unreferenced inodes (a pending orphan — a file unlinked while
 //!   open before a crash — is normal and freed by the next mount); every inode record is
 //!   named, orphaned or the root; no data, xattrs or keys belonging to no inode.
+//! * S8 data extents (docs/fs-design.md §9, format.md X9): every `fs.extent` row decodes and
+//!   names a live extent of one whole slot, no extent is named twice, and the store's live
+//!   extents are exactly those the rows name (none leaked). An extent slot counts all its
+//!   blocks toward D2 and ends below the size (D1, extent.rs E1); block rows inside it shadow.
 //!
 //! Repair is iterative: each round scans everything, computes findings, and applies the fixes
 //! of the earliest *stage* that has any (structure before counts, since removing or moving an
@@ -257,6 +261,10 @@ struct Scan {
     orphans: BTreeSet<u64>,
     data: BTreeMap<u64, DataInfo>,
     xattrs: BTreeMap<u64, u64>,
+    /// Extent slots of each inode (S8).
+    extent_slots: BTreeMap<u64, BTreeSet<u64>>,
+    /// What is wrong with the extent rows and the live extents (S8).
+    extent_problems: Vec<String>,
     /// Keys of the wrong shape: (tree, key, what).
     bad_keys: Vec<(Tree, Vec<u8>, &'static str)>,
 }
@@ -306,8 +314,11 @@ impl Scan {
             orphans: BTreeSet::new(),
             data: BTreeMap::new(),
             xattrs: BTreeMap::new(),
+            extent_slots: BTreeMap::new(),
+            extent_problems: Vec::new(),
             bad_keys: Vec::new(),
         };
+        s.read_extents(kv, t)?;
         let mut bad = Vec::new();
         scan_tree(kv, t.inode, |k, v| match id_of(&k) {
             Some(id) => {
@@ -339,6 +350,7 @@ impl Scan {
             None => bad.push((Tree::Orphan, k, "orphan key not 8 bytes")),
         })?;
         let bs = u64::from(s.sb.block_size);
+        let per_slot = schema::SLOT_BYTES / bs;
         scan_tree(kv, t.data, |k, v| {
             if k.len() != 16 {
                 bad.push((Tree::Data, k, "data key not 16 bytes"));
@@ -347,7 +359,12 @@ impl Scan {
             let id = prefix_id(&k).unwrap_or(0);
             let block = id_of(&k[8..]).unwrap_or(0);
             let d = s.data.entry(id).or_default();
-            d.blocks += 1;
+            // A row inside an extent slot shadows a block the extent already counts.
+            let shadow = s
+                .extent_slots
+                .get(&id)
+                .is_some_and(|slots| slots.contains(&(block / per_slot)));
+            d.blocks += u64::from(!shadow);
             let len = v.len() as u64;
             if len == 0 || len > bs {
                 d.bad_blocks.push(block);
@@ -355,12 +372,65 @@ impl Scan {
             let end = block.saturating_mul(bs).saturating_add(len);
             d.end = d.end.max(end);
         })?;
+        for (&id, slots) in &s.extent_slots {
+            let d = s.data.entry(id).or_default();
+            d.blocks += slots.len() as u64 * per_slot;
+            if let Some(last) = slots.last() {
+                d.end = d.end.max((last + 1) * schema::SLOT_BYTES);
+            }
+        }
         scan_tree(kv, t.xattr, |k, _| match prefix_id(&k) {
             Some(id) if k.len() > 8 => *s.xattrs.entry(id).or_default() += 1,
             _ => bad.push((Tree::Xattr, k, "xattr key without a name")),
         })?;
         s.bad_keys = bad;
         Ok(s)
+    }
+}
+
+impl Scan {
+    /// Reads the `fs.extent` rows and compares them with the store's live extents (S8).
+    fn read_extents(&mut self, kv: &dyn KvStore, t: &Trees) -> FsResult<()> {
+        let mut named: HashMap<fern_kv::ExtentRef, u64> = HashMap::new();
+        let mut problems = Vec::new();
+        if let Some(xt) = t.extent {
+            let mut slots: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+            scan_tree(kv, xt, |k, v| {
+                let (Some(id), Some(slot)) = (prefix_id(&k), k.get(8..).and_then(id_of)) else {
+                    problems.push(format!("extent row key of {} bytes", k.len()));
+                    return;
+                };
+                match schema::parse_extent_row(&v) {
+                    Ok(r) if u64::from(r.len()) != schema::SLOT_BYTES => problems.push(format!(
+                        "inode {id} slot {slot}: extent of {} bytes, not one slot",
+                        r.len()
+                    )),
+                    Ok(r) => {
+                        if let Some(other) = named.insert(r, id) {
+                            problems.push(format!(
+                                "inode {id} slot {slot}: extent also named by inode {other}"
+                            ));
+                        }
+                        slots.entry(id).or_default().insert(slot);
+                    }
+                    Err(e) => problems.push(format!("inode {id} slot {slot}: {e}")),
+                }
+            })?;
+            self.extent_slots = slots;
+        }
+        let live: BTreeSet<fern_kv::ExtentRef> = kv.extents()?.into_iter().collect();
+        for (r, id) in &named {
+            if !live.contains(r) {
+                problems.push(format!("inode {id}: names extent {r:?}, which is not live"));
+            }
+        }
+        let leaked = live.iter().filter(|r| !named.contains_key(r)).count();
+        if leaked > 0 {
+            problems.push(format!("{leaked} live extents named by no row (leaked)"));
+        }
+        problems.sort();
+        self.extent_problems = problems;
+        Ok(())
     }
 }
 
@@ -1133,6 +1203,9 @@ fn analyze(s: &Scan) -> Report {
                 }),
             );
         }
+    }
+    for p in &s.extent_problems {
+        c.push("S8", ST_COUNTS, p.clone(), None);
     }
     // D2: a counted file's stored-block count (its st_blocks) equals its stored blocks.
     let mut counted: Vec<u64> = home.keys().copied().collect();

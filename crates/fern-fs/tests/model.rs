@@ -476,7 +476,7 @@ impl Harness {
             }
             Op::BigTruncate(path, units, jitter) => {
                 let size = big_at(*units, *jitter);
-                let r = errno(self.env().p.truncate(&p(path), size));
+                let r = errno(self.env.as_ref().expect("env").p.truncate(&p(path), size));
                 let expect = m
                     .lookup(path, true)
                     .and_then(|id| match &m.nodes[&id].kind {
@@ -711,10 +711,7 @@ impl Harness {
             })
             .sum();
         // Every extent is named by exactly one row, and nothing else is live (format.md X9).
-        let live = self
-            .env()
-            .store
-            .extents()
+        let live = fern_kv::KvStore::extents(&*self.env().store)
             .map_err(|e| TestCaseError::fail(format!("extents: {e}")))?;
         prop_assert_eq!(
             live.len(),
