@@ -453,9 +453,16 @@ impl Run {
 
     fn write(&mut self, target: Option<usize>, path: Option<String>) {
         let bs = self.p.fs().block_size() as u64;
-        let (off, len) = match self.rng.below(3) {
-            0 => (self.rng.below(200), 1 + self.rng.below(300)),
-            1 => (self.rng.below(bs), bs + self.rng.below(3 * bs)),
+        let slot = schema::SLOT_BYTES;
+        let (off, len) = match self.rng.below(10) {
+            0..=2 => (self.rng.below(200), 1 + self.rng.below(300)),
+            3..=5 => (self.rng.below(bs), bs + self.rng.below(3 * bs)),
+            // Large: one or two whole 1 MiB slots become data extents (fs-design.md §9),
+            // aligned or not, so a crash can cut between an extent's write and its record.
+            9 => (
+                slot * self.rng.below(3) + [0, bs, 17][self.rng.below(3) as usize],
+                slot + self.rng.below(slot),
+            ),
             _ => (
                 bs * (2 + self.rng.below(10)) + self.rng.below(bs),
                 1 + self.rng.below(100),
@@ -823,6 +830,12 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         .map_err(|e| format!("mount after crash failed: {e}\n operations:\n  {log}"))?;
     let seen = walk(&fs2, &HashSet::new());
     let mut errors = Vec::new();
+    // fsck after recovery: extents named once, none leaked (S8), counts (D2).
+    match fern_fs::check::check(&*store2) {
+        Ok(r) if r.is_clean() => {}
+        Ok(r) => errors.push(format!("fsck after the crash: {:?}", r.findings)),
+        Err(e) => errors.push(format!("fsck after the crash failed: {e}")),
+    }
     // C4
     for p in &seen.problems {
         errors.push(format!("C4 invariant: {p}"));
