@@ -212,7 +212,7 @@ const QUARTER_MIB: u64 = 256 << 10;
 /// An offset of `units` quarter-MiB plus `jitter` bytes, aligned two times in three.
 fn big_at(units: u8, jitter: u16) -> u64 {
     u64::from(units % 16) * QUARTER_MIB
-        + if jitter % 3 == 0 {
+        + if jitter.is_multiple_of(3) {
             u64::from(jitter)
         } else {
             0
