@@ -2,6 +2,9 @@
 //! writes and the checkpoint commit. Format and protocol: docs/format.md, "Block file format".
 //!
 //! Owns: where every node's bytes live, which extents are free, which header is current.
+//! This file opens and formats images and allocates: node ids, copy-on-write extents, data
+//! extent space. The byte layouts of header and BTT and the verified loading of a checkpoint
+//! are in `ondisk.rs`; the checkpoint commit protocol (B3, B10) is in `commit.rs`.
 //! Never: overwrites a byte that either header slot's checkpoint references (B4) — the newest
 //! checkpoint is what recovery opens, the previous one is the fallback if the newest header is
 //! damaged, so both must stay intact; never trusts a byte read from disk before its crc32c
@@ -31,6 +34,12 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::ids::{Lsn, NodeId};
 
+mod commit;
+mod ondisk;
+
+use ondisk::{decode_header, encode_header, load_ckpt, validate_extents, Header, SlotState};
+pub(crate) use ondisk::{fuzz_btt, fuzz_header};
+
 /// Allocation unit and alignment of every extent in the file.
 pub const ALIGN: u64 = 4096;
 /// Magic bytes at the start of each header slot.
@@ -45,8 +54,6 @@ pub const BTT_ENTRY_LEN: usize = 12;
 pub const DATA_START: u64 = 2 * ALIGN;
 /// Freed holes at least this large are punched out of the file after a checkpoint.
 pub const PUNCH_MIN: u64 = 1 << 20;
-
-const FREE_OFFSET: u64 = u64::MAX;
 
 /// Where a block lives: `len` bytes of data at `offset` (the extent is `len` rounded up to
 /// [`ALIGN`], at least one unit).
@@ -131,28 +138,6 @@ struct InProgress {
     deferred: Vec<(usize, BlockLoc)>,
 }
 
-/// The decoded fields of a header slot.
-#[derive(Clone, Copy, Debug)]
-struct Header {
-    generation: u64,
-    lsn: Lsn,
-    btt: BlockLoc,
-    btt_crc: u32,
-    meta: BlockLoc,
-    meta_crc: u32,
-}
-
-/// What one header slot holds.
-enum SlotState {
-    /// No magic: never written (or not ours).
-    Absent,
-    /// Our magic, but damaged.
-    Invalid(Error),
-    /// Verified, but written by a newer format version.
-    Unsupported(u32),
-    Valid(Header),
-}
-
 /// Counters for tests, tools and the environment's statistics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BlockFileStats {
@@ -231,183 +216,6 @@ impl std::fmt::Debug for BlockFile {
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
-}
-
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
-
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-fn encode_header(h: &Header) -> Vec<u8> {
-    let mut b = Vec::with_capacity(ALIGN as usize);
-    b.extend_from_slice(&MAGIC);
-    b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    b.extend_from_slice(&(HEADER_LEN as u32).to_le_bytes());
-    b.extend_from_slice(&h.generation.to_le_bytes());
-    b.extend_from_slice(&h.lsn.0.to_le_bytes());
-    for (ext, crc) in [(h.btt, h.btt_crc), (h.meta, h.meta_crc)] {
-        b.extend_from_slice(&ext.offset.to_le_bytes());
-        b.extend_from_slice(&ext.len.to_le_bytes());
-        b.extend_from_slice(&crc.to_le_bytes());
-    }
-    b.extend_from_slice(&(ALIGN as u32).to_le_bytes());
-    b.extend_from_slice(&0u32.to_le_bytes());
-    let crc = crc32c::crc32c(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
-    debug_assert_eq!(b.len(), HEADER_LEN);
-    b.resize(ALIGN as usize, 0);
-    b
-}
-
-/// Decodes header slot `slot` from its bytes (fewer than [`ALIGN`] if the file is short).
-fn decode_header(slot: usize, b: &[u8]) -> SlotState {
-    let what = format!("header {slot}");
-    if b.len() < 16 || b[..8] != MAGIC {
-        return SlotState::Absent;
-    }
-    let version = le_u32(b, 8);
-    // The crc position comes from the header itself, so a future version can grow the header
-    // and still be recognised (and refused) by this build instead of looking damaged.
-    let len = le_u32(b, 12) as usize;
-    if !(20..=ALIGN as usize).contains(&len) || len > b.len() {
-        return SlotState::Invalid(Error::corrupt(what, format!("header length {len}")));
-    }
-    let expected = le_u32(b, len - 4);
-    let actual = crc32c::crc32c(&b[..len - 4]);
-    if expected != actual {
-        return SlotState::Invalid(Error::Checksum {
-            what,
-            expected,
-            actual,
-        });
-    }
-    if version != FORMAT_VERSION {
-        return SlotState::Unsupported(version);
-    }
-    if len != HEADER_LEN || le_u32(b, 64) as u64 != ALIGN {
-        return SlotState::Invalid(Error::corrupt(what, "bad header length or alignment"));
-    }
-    SlotState::Valid(Header {
-        generation: le_u64(b, 16),
-        lsn: Lsn(le_u64(b, 24)),
-        btt: BlockLoc {
-            offset: le_u64(b, 32),
-            len: le_u32(b, 40),
-        },
-        btt_crc: le_u32(b, 44),
-        meta: BlockLoc {
-            offset: le_u64(b, 48),
-            len: le_u32(b, 56),
-        },
-        meta_crc: le_u32(b, 60),
-    })
-}
-
-/// Fuzzing entry point: decodes header slot 0 from `b`.
-pub(crate) fn fuzz_header(b: &[u8]) {
-    let _ = decode_header(0, b);
-}
-
-/// Fuzzing entry point: decodes a BTT from `b`.
-pub(crate) fn fuzz_btt(b: &[u8]) -> bool {
-    decode_btt(b, "fuzzed translation table").is_ok()
-}
-
-/// Where an extent may start (B1): aligned, after the header slots, and low enough that adding
-/// a length cannot overflow.
-fn valid_offset(off: u64) -> bool {
-    off.is_multiple_of(ALIGN) && (DATA_START..1 << 62).contains(&off)
-}
-
-fn encode_btt(cur: &[Slot]) -> Vec<u8> {
-    // Trailing free ids carry no information; dropping them keeps the table small after shrinks.
-    let used = cur
-        .iter()
-        .rposition(|s| *s != Slot::Free)
-        .map_or(0, |i| i + 1);
-    let mut b = Vec::with_capacity(used * BTT_ENTRY_LEN);
-    for s in &cur[..used] {
-        let (off, len) = match s {
-            Slot::Free => (FREE_OFFSET, 0),
-            Slot::Reserved => (0, 0),
-            Slot::At(l) => (l.offset, l.len),
-        };
-        b.extend_from_slice(&off.to_le_bytes());
-        b.extend_from_slice(&len.to_le_bytes());
-    }
-    b
-}
-
-fn decode_btt(b: &[u8], what: &str) -> Result<Vec<Slot>> {
-    if !b.len().is_multiple_of(BTT_ENTRY_LEN) {
-        return Err(Error::corrupt(
-            what,
-            format!("length {} not a multiple of {BTT_ENTRY_LEN}", b.len()),
-        ));
-    }
-    b.chunks_exact(BTT_ENTRY_LEN)
-        .enumerate()
-        .map(|(i, e)| {
-            let (off, len) = (le_u64(e, 0), le_u32(e, 8));
-            match (off, len) {
-                (FREE_OFFSET, 0) => Ok(Slot::Free),
-                (0, 0) => Ok(Slot::Reserved),
-                (off, len) if valid_offset(off) => Ok(Slot::At(BlockLoc { offset: off, len })),
-                _ => Err(Error::corrupt(
-                    what,
-                    format!("entry for node {i} has invalid extent ({off}, {len})"),
-                )),
-            }
-        })
-        .collect()
-}
-
-/// Checks that `exts` are aligned, lie inside a file of `file_len` bytes and do not overlap
-/// (identical extents listed twice are fine: two checkpoints share unchanged nodes).
-fn validate_extents(exts: &[(BlockLoc, String)], file_len: u64) -> Result<()> {
-    let mut by_off: BTreeMap<u64, (BlockLoc, &str)> = BTreeMap::new();
-    for (loc, name) in exts {
-        if !valid_offset(loc.offset) {
-            return Err(Error::corrupt(
-                name.as_str(),
-                format!("extent at {} is not valid", loc.offset),
-            ));
-        }
-        if loc.offset + loc.len as u64 > file_len {
-            return Err(Error::corrupt(
-                "image",
-                format!(
-                    "truncated: {name} ends at {} but the file has {file_len} bytes",
-                    loc.offset + loc.len as u64
-                ),
-            ));
-        }
-        if let Some((other, oname)) = by_off.insert(loc.offset, (*loc, name)) {
-            if other != *loc {
-                return Err(Error::corrupt(
-                    name.as_str(),
-                    format!("extent overlaps {oname}"),
-                ));
-            }
-        }
-    }
-    let mut prev: Option<(u64, &str)> = None;
-    for (off, (loc, name)) in &by_off {
-        if let Some((end, pname)) = prev {
-            if *off < end {
-                return Err(Error::corrupt(*name, format!("extent overlaps {pname}")));
-            }
-        }
-        prev = Some((off + loc.extent_len(), name));
-    }
-    Ok(())
 }
 
 impl BlockFile {
@@ -839,209 +647,6 @@ impl BlockFile {
         }
     }
 
-    /// Starts a checkpoint that is written while writers continue (B10): its BTT begins as a copy
-    /// of the current one. Until [`commit_checkpoint`](Self::commit_checkpoint), extents it
-    /// references are protected like a durable checkpoint's (B4).
-    pub fn begin_checkpoint(&mut self) -> Result<()> {
-        if let Some(p) = &self.poisoned {
-            return Err(Error::Poisoned(p.clone()));
-        }
-        if self.in_progress.is_some() {
-            return Err(Error::InvalidArgument(
-                "a checkpoint is already in progress".into(),
-            ));
-        }
-        self.in_progress = Some(InProgress {
-            btt: self.cur.clone(),
-            written: Vec::new(),
-            freed_ids: Vec::new(),
-            deferred: Vec::new(),
-        });
-        Ok(())
-    }
-
-    /// Allocates a fresh extent for node `id`'s snapshot and places it in the in-progress BTT
-    /// only; the current BTT (used by readers and eviction) is untouched. The caller writes
-    /// `len` bytes at the returned offset through [`device`](Self::device) before committing.
-    pub fn reserve_for_checkpoint(&mut self, id: NodeId, len: u32) -> Result<BlockLoc> {
-        let i = id.0 as usize;
-        match &self.in_progress {
-            None => return Err(Error::InvalidArgument("no checkpoint in progress".into())),
-            Some(ip) if !matches!(ip.btt.get(i), Some(Slot::Reserved | Slot::At(_))) => {
-                return Err(Error::InvalidArgument(format!(
-                    "node {id} was not allocated when the checkpoint began"
-                )))
-            }
-            Some(_) => {}
-        }
-        let loc = BlockLoc {
-            offset: self.alloc_extent(len, || format!("writing node {id} for a checkpoint"))?,
-            len,
-        };
-        let Some(ip) = &mut self.in_progress else {
-            return Err(Error::InvalidArgument("no checkpoint in progress".into()));
-        };
-        ip.btt[i] = Slot::At(loc);
-        ip.written.push((i, loc));
-        self.file_len = self.file_len.max(loc.offset + len as u64);
-        Ok(loc)
-    }
-
-    /// Commits the in-progress BTT and `meta` with the same protocol as
-    /// [`checkpoint`](Self::checkpoint) (B3). The caller then settles every extent it wrote for
-    /// the checkpoint with [`adopt`](Self::adopt) or [`not_adopted`](Self::not_adopted); until
-    /// then only the new checkpoint references them (B10).
-    pub fn commit_checkpoint(&mut self, lsn: Lsn, meta: &[u8]) -> Result<()> {
-        let Some(ip) = self.in_progress.take() else {
-            return Err(Error::InvalidArgument("no checkpoint in progress".into()));
-        };
-        let r = self.commit_table(ip.btt, lsn, meta);
-        // Ids freed while it was written are still in its table: reusable after the next (B7).
-        self.pending_ids.extend(ip.freed_ids);
-        // Extents freed while it was written: its snapshot predates the free (X5).
-        self.deferred.extend(ip.deferred);
-        if r.is_err() {
-            // Poisoned: nothing durable references them; keep the allocator accounting whole.
-            self.pending_free.extend(ip.written);
-        }
-        r
-    }
-
-    /// Points node `id` of the current BTT at `loc`, an extent the last committed checkpoint
-    /// wrote for it, because the cached node is unchanged since that checkpoint's snapshot.
-    pub fn adopt(&mut self, id: NodeId, loc: BlockLoc) {
-        let i = id.0 as usize;
-        if !matches!(self.cur.get(i), Some(Slot::Reserved | Slot::At(_))) {
-            self.not_adopted(id, loc);
-            return;
-        }
-        let old = std::mem::replace(&mut self.cur[i], Slot::At(loc));
-        self.release(i, old);
-    }
-
-    /// Node `id` changed after the snapshot, so the current BTT keeps its own block; `loc`,
-    /// written for the last checkpoint, is released when no durable checkpoint references it.
-    pub fn not_adopted(&mut self, id: NodeId, loc: BlockLoc) {
-        self.pending_free.push((id.0 as usize, loc));
-    }
-
-    /// Commits the current BTT and `meta` as checkpoint `generation + 1` (protocol in
-    /// docs/format.md): BTT and meta to fresh extents, sync, header into the older slot, sync
-    /// (B3). Only then are extents and ids that only the dropped checkpoint referenced released;
-    /// a free tail is truncated and freed holes of [`PUNCH_MIN`] bytes or more are punched.
-    ///
-    /// An error before the header is durable poisons this handle (the device state is unknown;
-    /// reopening yields the previous checkpoint). An error while truncating or punching comes
-    /// after the commit: the checkpoint holds and the handle stays usable.
-    pub fn checkpoint(&mut self, lsn: Lsn, meta: &[u8]) -> Result<()> {
-        if let Some(p) = &self.poisoned {
-            return Err(Error::Poisoned(p.clone()));
-        }
-        if self.in_progress.is_some() {
-            return Err(Error::InvalidArgument(
-                "a checkpoint is already in progress".into(),
-            ));
-        }
-        self.commit_table(self.cur.clone(), lsn, meta)
-    }
-
-    /// Commits `table` as the next checkpoint (see [`checkpoint`](Self::checkpoint)).
-    fn commit_table(&mut self, table: Vec<Slot>, lsn: Lsn, meta: &[u8]) -> Result<()> {
-        if let Some(p) = &self.poisoned {
-            return Err(Error::Poisoned(p.clone()));
-        }
-        let meta_len = u32::try_from(meta.len())
-            .map_err(|_| Error::InvalidArgument("meta blob over 4 GiB".into()))?;
-        let btt = encode_btt(&table);
-        let btt_len = u32::try_from(btt.len())
-            .map_err(|_| Error::InvalidArgument("translation table over 4 GiB".into()))?;
-        let mut blob = |len: u32| -> Result<BlockLoc> {
-            Ok(match len {
-                0 => BlockLoc::NONE,
-                len => BlockLoc {
-                    offset: self.alloc_extent(len, || "writing a checkpoint".into())?,
-                    len,
-                },
-            })
-        };
-        let btt_ext = blob(btt_len);
-        let meta_ext = blob(meta_len);
-        let (btt_ext, meta_ext) = match (btt_ext, meta_ext) {
-            (Ok(b), Ok(m)) => (b, m),
-            (b, m) => {
-                // Nothing written yet; give back what was allocated. The reserve (B11) exists
-                // so that this never happens; if it does, the handle stays as it was.
-                for ext in [&b, &m].into_iter().flatten() {
-                    if ext.len > 0 {
-                        self.alloc.free(ext.offset, ext.extent_len());
-                    }
-                }
-                return Err(b.and(m).err().unwrap_or_else(|| Error::NoSpace {
-                    context: "writing a checkpoint".into(),
-                }));
-            }
-        };
-        let generation = self.newest.generation + 1;
-        let header = Header {
-            generation,
-            lsn,
-            btt: btt_ext,
-            btt_crc: crc32c::crc32c(&btt),
-            meta: meta_ext,
-            meta_crc: crc32c::crc32c(meta),
-        };
-        let durable = self
-            .write_at(&btt, btt_ext.offset, "writing the translation table")
-            .and_then(|_| self.write_at(meta, meta_ext.offset, "writing the meta blob"))
-            .and_then(|_| self.sync("syncing before the checkpoint header"))
-            .and_then(|_| {
-                let slot = generation % 2;
-                self.write_at(&encode_header(&header), slot * ALIGN, "writing a header")
-            })
-            .and_then(|_| self.sync("syncing the checkpoint header"));
-        if let Err(e) = durable {
-            // Nothing durable references the new blobs unless the header made it, and then it
-            // is only found by reopening; this handle must not be used either way.
-            self.poisoned = Some(e.to_string());
-            return Err(e);
-        }
-        // Commit in memory: the new checkpoint replaces the one whose slot was overwritten.
-        let ck = Ckpt {
-            generation,
-            lsn,
-            btt: table,
-            btt_ext,
-            meta_ext,
-        };
-        let dropped = self
-            .previous
-            .replace(std::mem::replace(&mut self.newest, ck));
-        self.lsn = lsn;
-        let mut freed = Vec::new();
-        if let Some(d) = dropped {
-            for ext in [d.btt_ext, d.meta_ext] {
-                if ext.len > 0 && !self.blob_referenced(ext) {
-                    freed.push(ext);
-                }
-            }
-        }
-        // Extents freed before this checkpoint began: the free is in it and durable (X5).
-        self.pending_free.append(&mut self.deferred);
-        let (newest, previous) = (&self.newest, &self.previous);
-        self.pending_free.retain(|&(id, loc)| {
-            let keep = newest.has(id, loc) || previous.as_ref().is_some_and(|p| p.has(id, loc));
-            if !keep {
-                freed.push(loc);
-            }
-            keep
-        });
-        for ext in &freed {
-            self.alloc.free(ext.offset, ext.extent_len());
-        }
-        self.free_ids.extend(self.pending_ids.drain(..));
-        self.give_back_space(&freed)
-    }
-
     /// Counters; see [`BlockFileStats`].
     pub fn stats(&self) -> BlockFileStats {
         BlockFileStats {
@@ -1149,42 +754,6 @@ impl BlockFile {
         }
     }
 
-    fn blob_referenced(&self, ext: BlockLoc) -> bool {
-        self.newest.owns_blob(ext) || self.previous.as_ref().is_some_and(|p| p.owns_blob(ext))
-    }
-
-    /// Returns space to the host after a commit: the free tail by truncation, large holes that
-    /// now contain freed extents by punching.
-    fn give_back_space(&mut self, freed: &[BlockLoc]) -> Result<()> {
-        let end = self.alloc.end();
-        if self.limit.is_some() {
-            // A sized image keeps its length (it is the capacity users see): the free tail is
-            // punched instead, once per stretch that held extents.
-            if self.tail_high > end {
-                self.dev
-                    .punch_hole(end, self.tail_high - end)
-                    .map_err(|e| Error::io("punching the free tail", e))?;
-            }
-            self.tail_high = end;
-        } else if self.file_len > end {
-            self.dev
-                .set_len(end)
-                .map_err(|e| Error::io("truncating the free tail", e))?;
-            self.file_len = end;
-        }
-        let holes: BTreeSet<(u64, u64)> = freed
-            .iter()
-            .filter_map(|ext| self.alloc.hole_containing(ext.offset))
-            .filter(|&(_, len)| len >= PUNCH_MIN)
-            .collect();
-        for (off, len) in holes {
-            self.dev
-                .punch_hole(off, len)
-                .map_err(|e| Error::io("punching a hole", e))?;
-        }
-        Ok(())
-    }
-
     fn write_at(&mut self, buf: &[u8], offset: u64, context: &str) -> Result<()> {
         if buf.is_empty() {
             return Ok(());
@@ -1201,52 +770,4 @@ impl BlockFile {
         self.syncs += 1;
         self.dev.sync().map_err(|e| Error::io(context, e))
     }
-}
-
-/// Reads and verifies the BTT and meta blob a header references.
-fn load_ckpt(dev: &dyn BlockDevice, h: &Header, file_len: u64) -> Result<(Ckpt, Vec<u8>)> {
-    let read = |ext: BlockLoc, crc: u32, what: String| -> Result<Vec<u8>> {
-        if ext.len == 0 {
-            return Ok(Vec::new());
-        }
-        if !valid_offset(ext.offset) {
-            return Err(Error::corrupt(
-                what,
-                format!("invalid extent at {}", ext.offset),
-            ));
-        }
-        if ext.offset + ext.len as u64 > file_len {
-            return Err(Error::corrupt(
-                "image",
-                format!("truncated: {what} ends past the end of the file ({file_len} bytes)"),
-            ));
-        }
-        let mut buf = vec![0u8; ext.len as usize];
-        dev.read_at(&mut buf, ext.offset)
-            .map_err(|e| Error::io(format!("reading the {what}"), e))?;
-        let actual = crc32c::crc32c(&buf);
-        if actual != crc {
-            return Err(Error::Checksum {
-                what,
-                expected: crc,
-                actual,
-            });
-        }
-        Ok(buf)
-    };
-    let g = h.generation;
-    let btt_what = format!("translation table of checkpoint {g}");
-    let btt = read(h.btt, h.btt_crc, btt_what.clone())?;
-    let btt = decode_btt(&btt, &btt_what)?;
-    let meta = read(h.meta, h.meta_crc, format!("meta blob of checkpoint {g}"))?;
-    Ok((
-        Ckpt {
-            generation: g,
-            lsn: h.lsn,
-            btt,
-            btt_ext: h.btt,
-            meta_ext: h.meta,
-        },
-        meta,
-    ))
 }

@@ -6,7 +6,7 @@
 //! block file's meta blob in every checkpoint), the rule that a failed write or sync poisons
 //! the environment (invariant E2), and the admission of write batches on a fixed-size image
 //! (B11–B13: refuse new data before the reserve, make room with checkpoints and reclamation
-//! steps; the arithmetic is space.rs's). Never: touches node internals (betree.rs), block
+//! steps; the arithmetic is space.rs's). Never: touches node internals (betree/), block
 //! placement (blockfile.rs) or log framing (wal.rs); never acknowledges a `Sync` commit before
 //! its log record is durable (W3); never applies a batch it has not logged first (W2).
 

@@ -1,7 +1,7 @@
 //! The public handle to one named tree ([`Tree`]: point reads, cursors, single-op writes) and
 //! the batch of operations applied atomically across trees ([`WriteBatch`]). Both are thin:
 //! every read and write goes through the environment (env.rs), which owns locking, logging and
-//! durability; the algorithms are betree.rs's.
+//! durability; the algorithms are betree/'s.
 
 use std::ops::Bound;
 use std::sync::Arc;

@@ -1,0 +1,336 @@
+//! The writer's entry points (a batch at the root, optimize, a reclamation step) and the flush
+//! policy: when an internal node's buffers move down (over the node size, a hot key's run,
+//! everything for optimize, the most deletes for reclamation) and what a flush does to the
+//! child it fills (invariant N4: a child's whole buffer moves at once).
+//! Never: encodes messages into nodes (apply.rs) or chooses split points (reshape.rs).
+
+use super::apply::push_down;
+use super::reshape::{is_empty_leaf, is_small, merge_small_child, split_if_needed};
+use super::{Ctx, Shape};
+use crate::buffer::MsgBuffer;
+use crate::error::{Error, Result};
+use crate::ids::NodeId;
+use crate::msg::Kind;
+use crate::node::{child_for, Body, Node, Part};
+
+/// Applies `msgs` (one tree's messages of a batch, in MSN order) to the tree at `root`.
+/// Returns the root's id afterwards (it changes when the root splits or collapses).
+pub(crate) fn write(ctx: &Ctx<'_>, root: NodeId, msgs: &MsgBuffer) -> Result<NodeId> {
+    let mut node = ctx.take(root)?;
+    push_down(ctx, &mut node, msgs)?;
+    if !node.is_leaf() {
+        cool_hot_keys(ctx, &mut node, msgs)?;
+        flush_if_needed(ctx, &mut node)?;
+    }
+    finish_root(ctx, node)
+}
+
+/// Puts a changed root back: splits it (growing the tree) or collapses single-child roots.
+fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
+    let mut pieces = split_if_needed(ctx, node);
+    if pieces.len() > 1 {
+        // The root split: a new root above the pieces (the tree grows at the top).
+        let height = pieces[0].1.height + 1;
+        let mut pivots = Vec::new();
+        let mut children = Vec::new();
+        let mut bufs = Vec::new();
+        for (pivot, n) in pieces {
+            if let Some(p) = pivot {
+                pivots.push(p);
+            }
+            children.push(n.id);
+            bufs.push(Part::loaded(MsgBuffer::new()));
+            ctx.put(n);
+        }
+        let root = Node {
+            id: ctx.new_id(),
+            height,
+            body: Body::Internal {
+                pivots,
+                children,
+                bufs,
+            },
+            block: None,
+            dirty: Default::default(),
+            mem: Default::default(),
+        };
+        let id = root.id;
+        ctx.put(root);
+        return Ok(id);
+    }
+    let (_, mut node) = pieces
+        .pop()
+        .ok_or_else(|| Error::corrupt("tree", "split lost the root"))?;
+    // Collapse a root that has one child and nothing buffered for it (the tree shrinks at the top).
+    loop {
+        let only_child = match &mut node.body {
+            Body::Internal { children, bufs, .. }
+                if children.len() == 1 && bufs[0].get().is_some_and(MsgBuffer::is_empty) =>
+            {
+                children[0]
+            }
+            _ => break,
+        };
+        ctx.free(node.id);
+        node = ctx.take(only_child)?;
+    }
+    let id = node.id;
+    ctx.put(node);
+    Ok(id)
+}
+
+/// What a flush does below the child it filled.
+#[derive(Clone, Copy)]
+enum Below<'k> {
+    /// Flush further only where a node is over its size (the normal case).
+    IfNeeded,
+    /// Flush everything down to the leaves (optimize).
+    All,
+    /// Carry the messages for this key all the way to its leaf (a hot key).
+    Path(&'k [u8]),
+    /// Carry buffered deletes on, one path at a time, to where they free space (`reclaim_step`).
+    Reclaim,
+}
+
+/// A key with at least this many messages waiting in one buffer is "hot": its messages are
+/// pushed to the leaf at once, so a read of it never folds more than about this many pending
+/// messages per level. Without it, a key upserted by every operation (a directory's mtime on
+/// every create) costs each read O(pending upserts) until the buffer flushes on its own.
+/// Scaled down for tiny test nodes so the model tests exercise it.
+fn hot_key_messages(shape: &Shape) -> usize {
+    (shape.node_bytes / 1024).clamp(8, 64)
+}
+
+/// Flushes the fullest child buffer until the node's buffered bytes fit the node size.
+fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+    while node.payload_bytes() > ctx.shape.node_bytes {
+        let Body::Internal { bufs, .. } = &mut node.body else {
+            return Ok(());
+        };
+        let (i, _) = bufs
+            .iter_mut()
+            .map(|b| b.get_mut().bytes())
+            .enumerate()
+            .max_by_key(|&(_, b)| b)
+            .unwrap_or((0, 0));
+        flush_child(ctx, node, i, Below::IfNeeded)?;
+    }
+    Ok(())
+}
+
+/// Flushes the buffers on `key`'s path, from this node down to its leaf.
+fn flush_key_path(ctx: &Ctx<'_>, node: &mut Node, key: &[u8]) -> Result<()> {
+    let Body::Internal { pivots, .. } = &node.body else {
+        return Ok(());
+    };
+    let i = child_for(pivots, key);
+    flush_child(ctx, node, i, Below::Path(key))?;
+    Ok(())
+}
+
+/// Pushes the messages of hot keys among `msgs` to their leaves (see `hot_key_messages`).
+fn cool_hot_keys(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()> {
+    let mut last: Option<&[u8]> = None;
+    for (m, _) in msgs.in_msn_order() {
+        // Only upsert runs can grow: an insert or delete replaces the message before it for
+        // its key (buffer coalescing), so a run of them never passes two.
+        if m.kind != Kind::Upsert || last == Some(m.key) {
+            continue;
+        }
+        last = Some(m.key);
+        let Body::Internal { pivots, bufs, .. } = &mut node.body else {
+            return Ok(());
+        };
+        let i = child_for(pivots, m.key);
+        if bufs[i]
+            .get_mut()
+            .has_at_least_for_key(m.key, hot_key_messages(ctx.shape))
+        {
+            flush_key_path(ctx, node, m.key)?;
+        }
+    }
+    Ok(())
+}
+
+/// Flushes every buffer of a subtree down to its leaves. Visits each child until it has been
+/// flushed deeply and not merged since; merges shrink the node, so this terminates.
+fn flush_all(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+    let mut done = std::collections::HashSet::new();
+    loop {
+        let Body::Internal { children, bufs, .. } = &mut node.body else {
+            return Ok(());
+        };
+        let next = (0..children.len())
+            .find(|&i| !done.contains(&children[i]) || !bufs[i].get_mut().is_empty());
+        let Some(i) = next else {
+            return Ok(());
+        };
+        let (pieces, merged) = flush_child(ctx, node, i, Below::All)?;
+        done.extend(pieces);
+        if let Some(m) = merged {
+            done.remove(&m);
+        }
+    }
+}
+
+/// Pushes every pending message of the tree at `root` to the leaves; returns the new root.
+pub(crate) fn optimize(ctx: &Ctx<'_>, root: NodeId) -> Result<NodeId> {
+    let mut node = ctx.take(root)?;
+    flush_all(ctx, &mut node)?;
+    finish_root(ctx, node)
+}
+
+/// One step of space reclamation (format.md, "Space and the reserve"): the buffer on one
+/// root-to-leaf path that holds the most deletes and range deletes is flushed, level by level,
+/// down to the leaf, where the deletes remove rows (a range delete that covers a child's range
+/// drops the whole subtree on the way). Deletes are otherwise applied lazily, when their
+/// buffer fills; until then the rows they delete keep their space. One step changes one path
+/// (a bounded amount of new blocks), so a caller on a full device can interleave steps with
+/// the checkpoints that release the old blocks. Returns the new root and whether anything
+/// moved; a tree with no buffered delete is left untouched (nothing made dirty).
+pub(crate) fn reclaim_step(ctx: &Ctx<'_>, root: NodeId) -> Result<(NodeId, bool)> {
+    if !deletes_below(ctx, root)? {
+        return Ok((root, false));
+    }
+    let mut node = ctx.take(root)?;
+    reclaim_in(ctx, &mut node)?;
+    Ok((finish_root(ctx, node)?, true))
+}
+
+/// Whether any buffer of the subtree at `id` holds a delete or range delete (reads only).
+fn deletes_below(ctx: &Ctx<'_>, id: NodeId) -> Result<bool> {
+    let node = ctx.fetch(id)?;
+    let Body::Internal { children, .. } = &node.body else {
+        return Ok(false);
+    };
+    for i in 0..children.len() {
+        if ctx.buffer(&node, i)?.deletes() > 0 {
+            return Ok(true);
+        }
+    }
+    if node.height > 1 {
+        for &c in children {
+            if deletes_below(ctx, c)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Flushes the child buffer of `node` with the most deletes (or, if none has any, the first
+/// child whose subtree has some) with [`Below::Reclaim`], which continues one level down.
+fn reclaim_in(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+    let Body::Internal { children, bufs, .. } = &mut node.body else {
+        return Ok(());
+    };
+    let best = bufs
+        .iter_mut()
+        .map(|b| b.get_mut().deletes())
+        .enumerate()
+        .max_by_key(|&(_, d)| d)
+        .filter(|&(_, d)| d > 0)
+        .map(|(i, _)| i);
+    let pick = match best {
+        Some(i) => Some(i),
+        None if node.height > 1 => {
+            let mut found = None;
+            for (i, &c) in children.iter().enumerate() {
+                if deletes_below(ctx, c)? {
+                    found = Some(i);
+                    break;
+                }
+            }
+            found
+        }
+        None => None,
+    };
+    if let Some(i) = pick {
+        flush_child(ctx, node, i, Below::Reclaim)?;
+    }
+    Ok(())
+}
+
+/// Moves child `i`'s whole buffer into the child (invariant N4: a flush moves every message
+/// for the child, so messages above are always newer than messages below), then fixes the
+/// child's shape.
+///
+/// Returns the ids of the pieces the child became and, if a merge followed, the merged node's
+/// id (which `flush_all` must visit again: the merge may have pushed messages into it).
+fn flush_child(
+    ctx: &Ctx<'_>,
+    node: &mut Node,
+    i: usize,
+    below: Below<'_>,
+) -> Result<(Vec<NodeId>, Option<NodeId>)> {
+    let Body::Internal {
+        pivots,
+        children,
+        bufs,
+    } = &mut node.body
+    else {
+        return Ok((Vec::new(), None));
+    };
+    let msgs = std::mem::take(bufs[i].get_mut());
+    let mut child = ctx.take(children[i])?;
+    ctx.counters.flushed(child.is_leaf(), msgs.bytes());
+    push_down(ctx, &mut child, &msgs)?;
+    drop(msgs);
+    match below {
+        Below::All => flush_all(ctx, &mut child)?,
+        Below::Path(key) if !child.is_leaf() => {
+            flush_key_path(ctx, &mut child, key)?;
+            flush_if_needed(ctx, &mut child)?;
+        }
+        Below::Reclaim if !child.is_leaf() => {
+            reclaim_in(ctx, &mut child)?;
+            flush_if_needed(ctx, &mut child)?;
+        }
+        _ if !child.is_leaf() => flush_if_needed(ctx, &mut child)?,
+        _ => {}
+    }
+    let pieces = split_if_needed(ctx, child);
+    // Replace child i by the pieces; new siblings start with empty buffers.
+    let mut empties = Vec::new();
+    let single = pieces.len() == 1;
+    let piece_ids: Vec<NodeId> = pieces.iter().map(|(_, n)| n.id).collect();
+    let mut small = false;
+    for (k, (pivot, piece)) in pieces.into_iter().enumerate() {
+        let at = i + k;
+        if k > 0 {
+            pivots.insert(at - 1, pivot.unwrap_or_default());
+            children.insert(at, piece.id);
+            bufs.insert(at, Part::loaded(MsgBuffer::new()));
+        }
+        if is_empty_leaf(&piece) {
+            empties.push(at);
+        } else if single && is_small(ctx.shape, &piece) {
+            small = true;
+        }
+        ctx.put(piece);
+    }
+    // An empty leaf with nothing pending leaves the tree; a neighbour takes its key range.
+    for at in empties.into_iter().rev() {
+        if children.len() > 1 && bufs[at].get_mut().is_empty() {
+            ctx.free(children[at]);
+            children.remove(at);
+            bufs.remove(at);
+            pivots.remove(at.saturating_sub(1));
+        }
+    }
+    // Keep merging while the merged node is still small (a run of emptied leaves collapses).
+    let mut at = i;
+    let mut merged = None;
+    while small && children.len() > 1 {
+        match merge_small_child(ctx, pivots, children, bufs, at)? {
+            Some((merged_at, still_small)) => {
+                at = merged_at;
+                small = still_small;
+                merged = Some(children[merged_at]);
+            }
+            None => break,
+        }
+    }
+    node.set_dirty(true);
+    Ok((piece_ids, merged))
+}

@@ -1,0 +1,166 @@
+//! The Bε-tree algorithms: injecting messages, flushing buffers, splitting and shrinking nodes
+//! (writers), and point and leaf-range queries that apply pending messages (readers).
+//!
+//! Writers run under the environment's write lock and own the nodes they change (taken out of
+//! the cache, fully loaded — invariant N6). Readers run under the read lock and share nodes.
+//! Never: does I/O other than through the context, or decides durability.
+//!
+//! This module owns the context the algorithms run in (`Ctx`: node fetch, take, put, write)
+//! and the key-range arithmetic they share; each concept lives in its own file:
+//! - `apply.rs`: applying a message batch to one node (a leaf's basements, an internal
+//!   node's child buffers);
+//! - `flush.rs`: the writer's entry points and the flush policy (when and which buffer moves
+//!   down: size, hot keys, optimize, space reclamation);
+//! - `reshape.rs`: splitting nodes over their limits and merging small ones;
+//! - `read.rs`: point lookups and leaf windows for cursors;
+//! - `verify.rs`: the invariant walk (`Tree::verify`, fsck) and backlog diagnostics.
+
+mod apply;
+mod flush;
+mod read;
+mod reshape;
+mod verify;
+
+pub(crate) use flush::{optimize, reclaim_step, write};
+pub(crate) use read::{get, leaf_rows, LeafRows, Seek};
+pub use verify::{DamagedNode, TreeReport};
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::basement::Basement;
+use crate::blockfile::BlockFile;
+use crate::buffer::MsgBuffer;
+use crate::cache::Cache;
+use crate::codec::Compression;
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::ids::NodeId;
+use crate::msg::UpsertRegistry;
+use crate::node::{Node, SharedNode};
+use crate::stats::{Counters, WriteCause};
+
+/// Shape parameters of trees, fixed for an open environment.
+#[derive(Clone, Debug)]
+pub(crate) struct Shape {
+    pub node_bytes: usize,
+    pub basement_bytes: usize,
+    pub fanout: usize,
+    pub compression: Compression,
+}
+
+/// Everything the algorithms need from the environment.
+pub(crate) struct Ctx<'a> {
+    pub cache: &'a Cache,
+    pub bf: &'a Mutex<BlockFile>,
+    pub dev: &'a Arc<dyn BlockDevice>,
+    pub shape: &'a Shape,
+    pub upserts: &'a UpsertRegistry,
+    pub counters: &'a Counters,
+}
+
+impl Ctx<'_> {
+    /// A node for reading: from the cache, or its header from disk.
+    pub(crate) fn fetch(&self, id: NodeId) -> Result<SharedNode> {
+        if let Some(n) = self.cache.get(id) {
+            return Ok(n);
+        }
+        let loc = self.bf.lock().loc(id).ok_or(Error::MissingNode(id))?;
+        let node = Node::read(self.dev.as_ref(), id, loc, false)?;
+        Ok(self.cache.insert(node))
+    }
+
+    /// A node for changing: out of the cache, every partition loaded.
+    pub(crate) fn take(&self, id: NodeId) -> Result<Node> {
+        let mut node = match self.cache.take(id) {
+            Some(n) => n,
+            None => {
+                self.counters.writer_read();
+                let loc = self.bf.lock().loc(id).ok_or(Error::MissingNode(id))?;
+                Node::read(self.dev.as_ref(), id, loc, true)?
+            }
+        };
+        node.load_all(self.dev.as_ref())?;
+        Ok(node)
+    }
+
+    /// Puts back a node that was taken but not changed.
+    pub(crate) fn put_unchanged(&self, node: Node) {
+        self.cache.put(node);
+    }
+
+    /// Puts a changed node back, dirty.
+    pub(crate) fn put(&self, node: Node) {
+        node.set_dirty(true);
+        self.cache.put(node);
+    }
+
+    pub(crate) fn new_id(&self) -> NodeId {
+        self.bf.lock().alloc_node_id()
+    }
+
+    /// A node that left the tree: its id and block are released at the next checkpoint.
+    pub(crate) fn free(&self, id: NodeId) {
+        self.cache.remove(id);
+        self.bf.lock().free_node(id);
+    }
+
+    /// Evicts down to the cache's bound, writing the dirty nodes it drops (the cache keeps C1).
+    pub(crate) fn evict(&self) -> Result<()> {
+        self.cache
+            .evict(&|n| self.write_node(n, WriteCause::Eviction))
+    }
+
+    /// Writes a node to a fresh block (copy-on-write); it stays cached, now clean.
+    pub(crate) fn write_node(&self, node: &Node, cause: WriteCause) -> Result<()> {
+        let bytes = node.encode(self.shape.compression);
+        self.write_encoded(node, &bytes, cause)
+    }
+
+    /// Writes `bytes`, the encoding of `node`, to a fresh block (copy-on-write).
+    pub(crate) fn write_encoded(&self, node: &Node, bytes: &[u8], cause: WriteCause) -> Result<()> {
+        self.counters.node_written(cause, bytes.len());
+        let loc = self.bf.lock().reserve(node.id, bytes.len() as u32)?;
+        self.dev
+            .write_at(bytes, loc.offset)
+            .map_err(|e| Error::io(format!("writing node {}", node.id), e))
+    }
+
+    fn basement<'n>(&self, node: &'n Node, i: usize) -> Result<&'n Arc<Basement>> {
+        let (b, added) = node.basement(self.dev.as_ref(), i)?;
+        self.cache.grew(node, added);
+        Ok(b)
+    }
+
+    fn buffer<'n>(&self, node: &'n Node, i: usize) -> Result<&'n MsgBuffer> {
+        let (b, added) = node.buffer(self.dev.as_ref(), i)?;
+        self.cache.grew(node, added);
+        Ok(b)
+    }
+}
+
+/// Key range `[lo, hi)` of child/partition `i` given pivots (None = unbounded).
+fn range_of(pivots: &[Vec<u8>], i: usize) -> (Option<&[u8]>, Option<&[u8]>) {
+    let lo = if i == 0 {
+        None
+    } else {
+        Some(pivots[i - 1].as_slice())
+    };
+    let hi = pivots.get(i).map(Vec::as_slice);
+    (lo, hi)
+}
+
+/// Whether range delete `[rlo, rhi)` intersects `[lo, hi)`.
+fn intersects(rlo: &[u8], rhi: &[u8], lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+    rlo < rhi && hi.is_none_or(|h| rlo < h) && lo.is_none_or(|l| rhi > l)
+}
+
+/// Whether range delete `[rlo, rhi)` covers all of `[lo, hi)`.
+fn covers_all(rlo: &[u8], rhi: &[u8], lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+    let lo_ok = match lo {
+        Some(l) => rlo <= l,
+        None => rlo.is_empty(),
+    };
+    lo_ok && hi.is_some_and(|h| h <= rhi)
+}

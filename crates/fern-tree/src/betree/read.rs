@@ -1,0 +1,174 @@
+//! Readers: point lookups and the leaf windows cursors iterate, each with every pending message
+//! on the path applied. They run under the environment's read lock and share cached nodes.
+//! Never: changes a node.
+
+use std::sync::Arc;
+
+use super::{intersects, range_of, Ctx};
+use crate::basement::Basement;
+use crate::error::Result;
+use crate::ids::NodeId;
+use crate::msg::{self, MsgRef};
+use crate::node::{child_before, child_for, Body, SharedNode};
+
+/// Point lookup: the leaf's row with every pending message on the path applied, oldest first.
+pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut path: Vec<(SharedNode, usize)> = Vec::new();
+    let mut id = root;
+    let leaf = loop {
+        let n = ctx.fetch(id)?;
+        match &n.body {
+            Body::Leaf { .. } => break n,
+            Body::Internal {
+                pivots, children, ..
+            } => {
+                let i = child_for(pivots, key);
+                id = children[i];
+                path.push((n.clone(), i));
+            }
+        }
+    };
+    let b = ctx.basement(&leaf, child_for(leaf.pivots(), key))?;
+    let floor = b.max_msn;
+    let mut value = b.get(key).map(<[u8]>::to_vec);
+    let mut points = Vec::new();
+    for (n, i) in path.iter().rev() {
+        let buf = ctx.buffer(n, *i)?;
+        points.clear();
+        buf.for_key(key, &mut points);
+        let mut ranges = buf.ranges().filter(|r| r.covers(key)).peekable();
+        for m in points.iter().filter(|m| m.msn > floor) {
+            while let Some(r) = ranges.next_if(|r| r.msn < m.msn) {
+                if r.msn > floor {
+                    value = None;
+                }
+            }
+            value = msg::apply(m, key, value, ctx.upserts)?;
+        }
+        if ranges.any(|r| r.msn > floor) {
+            value = None;
+        }
+    }
+    Ok(value)
+}
+
+/// Which leaf a range query wants.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Seek<'k> {
+    /// The leaf holding `key` (the first leaf for the empty key).
+    AtOrAfter(&'k [u8]),
+    /// The leaf holding the greatest keys below `key`.
+    Before(&'k [u8]),
+    /// The last leaf.
+    Last,
+}
+
+/// Consecutive basements of a leaf with every pending message applied, and the key range they
+/// cover (a part of the leaf's range: see `leaf_rows`).
+pub(crate) struct LeafRows {
+    pub rows: Vec<Arc<Basement>>,
+    /// Inclusive lower bound of the leaf's range (None: unbounded).
+    pub lo: Option<Vec<u8>>,
+    /// Exclusive upper bound (None: unbounded).
+    pub hi: Option<Vec<u8>>,
+}
+
+/// Materializes a window of one leaf for a scan or cursor.
+pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<LeafRows> {
+    let mut path: Vec<(SharedNode, usize)> = Vec::new();
+    let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+    let mut id = root;
+    let leaf = loop {
+        let n = ctx.fetch(id)?;
+        let Body::Internal {
+            pivots, children, ..
+        } = &n.body
+        else {
+            break n;
+        };
+        let i = match seek {
+            Seek::AtOrAfter(k) => child_for(pivots, k),
+            Seek::Before(k) => child_before(pivots, k),
+            Seek::Last => children.len() - 1,
+        };
+        let (clo, chi) = range_of(pivots, i);
+        if let Some(l) = clo {
+            lo = Some(l.to_vec());
+        }
+        if let Some(h) = chi {
+            hi = Some(h.to_vec());
+        }
+        id = children[i];
+        path.push((n.clone(), i));
+    };
+    // Only a window of the leaf's basements is materialized — the one the seek lands in, and
+    // neighbours in the direction of travel up to two basements' worth of rows (32 KiB by
+    // default; small test shapes get small windows, so tests cross windows) — with the window's
+    // bounds as `lo`/`hi`, so the cursor continues with the next window. A scan that wants a
+    // few rows (a directory's first entry, a readdir page) pays for one basement and the
+    // messages for it, not for the whole leaf and every message pending above it.
+    let pivots = leaf.pivots();
+    let nparts = pivots.len() + 1;
+    let (mut first, mut last) = match seek {
+        Seek::AtOrAfter(k) => {
+            let j = child_for(pivots, k);
+            (j, j)
+        }
+        Seek::Before(k) => {
+            let j = child_before(pivots, k);
+            (j, j)
+        }
+        Seek::Last => (nparts - 1, nparts - 1),
+    };
+    let window_bytes = 2 * ctx.shape.basement_bytes;
+    let mut bytes = ctx.basement(&leaf, first)?.bytes();
+    while bytes < window_bytes {
+        let next = match seek {
+            Seek::AtOrAfter(_) if last + 1 < nparts => last + 1,
+            Seek::Before(_) | Seek::Last if first > 0 => first - 1,
+            _ => break,
+        };
+        bytes += ctx.basement(&leaf, next)?.bytes();
+        first = first.min(next);
+        last = last.max(next);
+    }
+    if first > 0 {
+        lo = Some(pivots[first - 1].clone());
+    }
+    if last + 1 < nparts {
+        hi = Some(pivots[last].clone());
+    }
+    // Pending messages for the window, from every ancestor, in (key, MSN) order.
+    let mut points: Vec<MsgRef<'_>> = Vec::new();
+    let mut ranges: Vec<MsgRef<'_>> = Vec::new();
+    for (n, i) in &path {
+        let buf = ctx.buffer(n, *i)?;
+        buf.points_in(lo.as_deref().unwrap_or(&[]), hi.as_deref(), &mut points);
+        ranges.extend(buf.ranges());
+    }
+    points.sort_by(|a, b| (a.key, a.msn).cmp(&(b.key, b.msn)));
+    ranges.sort_by_key(|r| r.msn);
+    let mut rows = Vec::with_capacity(last - first + 1);
+    let mut scratch = Vec::new();
+    for j in first..=last {
+        let (blo, bhi) = range_of(pivots, j);
+        let b = ctx.basement(&leaf, j)?;
+        let start = blo.map_or(0, |l| points.partition_point(|m| m.key < l));
+        let end = bhi.map_or(points.len(), |h| points.partition_point(|m| m.key < h));
+        scratch.clear();
+        scratch.extend(
+            ranges
+                .iter()
+                .filter(|r| intersects(r.key, r.payload, blo, bhi))
+                .copied(),
+        );
+        if start < end || !scratch.is_empty() {
+            let mut b = Basement::clone(b);
+            b.apply(&points[start..end], &scratch, ctx.upserts)?;
+            rows.push(Arc::new(b));
+        } else {
+            rows.push(b.clone()); // shared with the cache: no copy
+        }
+    }
+    Ok(LeafRows { rows, lo, hi })
+}
