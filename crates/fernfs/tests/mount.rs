@@ -136,11 +136,11 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
         }
         f.sync_all().unwrap();
     }
-    let mut f = fs::OpenOptions::new()
+    let f = fs::OpenOptions::new()
         .write(true)
         .open(mnt.join("big-0"))
         .unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&mut f, b"after the fsync", (1 << 20) + 77).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"after the fsync", (1 << 20) + 77).unwrap();
     drop(f);
     fs::File::options()
         .write(true)
