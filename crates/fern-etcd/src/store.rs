@@ -40,6 +40,8 @@ pub const ETCD_LIMITS: Limits = Limits {
     max_bytes: Some(1 << 20),
     max_key_len: 4096,
     max_value_len: 1 << 20,
+    // Data stays in rows here (fs-design.md §9): etcd has no place to put bytes outside a key.
+    extents: None,
 };
 
 /// etcd's `--max-txn-ops` default: most ops in each list (compare, success) of one Txn.

@@ -24,6 +24,10 @@
 //! * S7 orphan records name unreferenced inodes (a pending orphan — a file unlinked while
 //!   open before a crash — is normal and freed by the next mount); every inode record is
 //!   named, orphaned or the root; no data, xattrs or keys belonging to no inode.
+//! * S8 data extents (docs/fs-design.md §9, format.md X9): every `fs.extent` row decodes and
+//!   names a live extent of one whole slot, no extent is named twice, and the store's live
+//!   extents are exactly those the rows name (none leaked). An extent slot counts all its
+//!   blocks toward D2 and ends below the size (D1, extent.rs E1); block rows inside it shadow.
 //!
 //! Repair is iterative: each round scans everything, computes findings, and applies the fixes
 //! of the earliest *stage* that has any (structure before counts, since removing or moving an
@@ -33,11 +37,12 @@
 //!
 //! Layout: `scan.rs` reads the store, `index.rs` finds each inode's home, and each invariant
 //! family has its file — `meta.rs` (C0), `names.rs` (S1, S2 reachability), `orphans.rs`
-//! (S7), `counts.rs` (S2 `..`, S3–S5), `data.rs` (S6); `lost_found.rs` is where repair puts
+//! (S7), `counts.rs` (S2 `..`, S3–S5), `data.rs` (S6), `extents.rs` (S8); `lost_found.rs` is where repair puts
 //! what it cannot name. This file holds the findings, the repair rounds and their order.
 
 mod counts;
 mod data;
+mod extents;
 mod index;
 mod lost_found;
 mod meta;
@@ -72,7 +77,7 @@ pub enum Severity {
 /// One thing the check found.
 #[derive(Clone, Debug)]
 pub struct Finding {
-    /// Invariant code (C0, S1..S7).
+    /// Invariant code (C0, S1..S8).
     pub code: &'static str,
     /// What is wrong, with paths or ids.
     pub message: String,
@@ -328,6 +333,7 @@ fn analyze(s: &Scan) -> Report {
     };
     counts::check(s, &ix, &mut c, &mut report);
     data::check(s, &ix, &mut c, &mut report);
+    extents::check(s, &mut c);
     orphans::check_leaks(s, &ix, &mut c);
     report.findings = c.out;
     report

@@ -50,6 +50,10 @@ impl Fs {
         let (first, last) = (offset / bs, (end - 1) / bs);
         let blocks = self.read_blocks(ino, first, last)?;
         let mut out = vec![0u8; (end - offset) as usize];
+        // Extents first, block rows on top (extent.rs E2); no extent below a slot's end (E1).
+        if self.extent_tree().is_some() && file_size >= schema::SLOT_BYTES {
+            self.read_extents(ino, offset, &mut out)?;
+        }
         for (k, v) in blocks {
             let n = schema::parse_block_key(ino, &k)?;
             if v.len() as u64 > bs {
@@ -151,13 +155,40 @@ impl Fs {
             .max_bytes
             .map_or(usize::MAX, |m| m.saturating_sub(4096).max(bs as usize));
         let chunk_len = (max_blocks * bs).min(max_bytes as u64 / bs * bs).max(bs);
+        let slot = schema::SLOT_BYTES;
         let mut done = 0usize;
         while done < data.len() {
             let pos = offset + done as u64;
             // End chunks on block boundaries so no block is split across batches.
             let room = chunk_len - pos % bs;
-            let n = (data.len() - done).min(room as usize);
+            let mut n = (data.len() - done).min(room as usize);
             let mut b = WriteBatch::new();
+            if let Some(xt) = self.extent_tree() {
+                if pos.is_multiple_of(slot) && (data.len() - done) as u64 >= slot {
+                    // A whole slot: one extent, written once (fs-design.md §9).
+                    n = slot as usize;
+                    self.write_extent(&mut b, xt, ino, pos / slot, &data[done..done + n])?;
+                    let after = self.shape_after_write(ino, &shape, pos, pos + n as u64)?;
+                    let before = self.inodes.stat(ino);
+                    let d = self.write_stat_after(
+                        &mut b,
+                        ino,
+                        &loc,
+                        pos + n as u64,
+                        now,
+                        kill_suid,
+                        after,
+                    )?;
+                    self.kv.write(b, WriteOptions::NO_SYNC)?;
+                    self.stat_applied(ino, before, &d);
+                    shape = after;
+                    self.set_shape(ino, shape);
+                    done += n;
+                    continue;
+                }
+                // End at the slot's end, so that the next slot may be whole.
+                n = n.min((slot - pos % slot) as usize);
+            }
             let mut p = 0usize;
             while p < n {
                 let at = pos + p as u64;
@@ -171,6 +202,10 @@ impl Fs {
                     // upsert on any old value, without an update function to run where it
                     // meets the row (large sequential writes, F7).
                     b.put(self.t.data, key, bytes);
+                } else if let Some(whole) =
+                    self.merge_into_extent_block(ino, &shape, at / bs, in_block, bytes)?
+                {
+                    b.put(self.t.data, key, whole);
                 } else {
                     let op = BlockOp::Write {
                         offset: in_block as u32,
@@ -181,17 +216,9 @@ impl Fs {
                 p += take;
             }
             let after = self.shape_after_write(ino, &shape, pos, pos + n as u64)?;
-            let d = StatDelta {
-                size_at_least: Some(pos + n as u64),
-                mtime: Some(now),
-                ctime: Some(now),
-                // Blind: the update function clears the bits only if they are set.
-                kill_suid,
-                stored_blocks: Some(after.stored),
-                ..StatDelta::default()
-            };
             let before = self.inodes.stat(ino);
-            self.upsert_stat(&mut b, ino, &loc, &d)?;
+            let d =
+                self.write_stat_after(&mut b, ino, &loc, pos + n as u64, now, kill_suid, after)?;
             self.kv.write(b, WriteOptions::NO_SYNC)?;
             self.stat_applied(ino, before, &d);
             shape = after;
@@ -199,6 +226,61 @@ impl Fs {
             done += n;
         }
         Ok(data.len())
+    }
+
+    /// Appends the stat change of a write ending at `end`, and returns it (for the stat mirror).
+    #[allow(clippy::too_many_arguments)]
+    fn write_stat_after(
+        &self,
+        b: &mut WriteBatch,
+        ino: InodeId,
+        loc: &crate::cache::Loc,
+        end: u64,
+        now: Timespec,
+        kill_suid: bool,
+        after: crate::stored::Shape,
+    ) -> FsResult<StatDelta> {
+        let d = StatDelta {
+            size_at_least: Some(end),
+            mtime: Some(now),
+            ctime: Some(now),
+            // Blind: the update function clears the bits only if they are set.
+            kill_suid,
+            stored_blocks: Some(after.stored),
+            ..StatDelta::default()
+        };
+        self.upsert_stat(b, ino, loc, &d)?;
+        Ok(d)
+    }
+
+    /// A partial write of block `block` whose slot has an extent and no row for the block:
+    /// the whole block with `bytes` merged in at `in_block` (extent.rs E2). `None` (the blind
+    /// upsert is right) for a block that cannot be in an extent — its slot reaches past the
+    /// size (E1) — or that has a row, or no extent.
+    fn merge_into_extent_block(
+        &self,
+        ino: InodeId,
+        shape: &crate::stored::Shape,
+        block: u64,
+        in_block: usize,
+        bytes: &[u8],
+    ) -> FsResult<Option<Vec<u8>>> {
+        let per = self.slot_blocks();
+        if self.extent_tree().is_none() || (block / per + 1) * schema::SLOT_BYTES > shape.size {
+            return Ok(None);
+        }
+        if self
+            .kv
+            .get(self.t.data, &schema::block_key(ino, block))?
+            .is_some()
+        {
+            return Ok(None);
+        }
+        let Some(mut whole) = self.block_from_extent(ino, block)? else {
+            return Ok(None);
+        };
+        whole[in_block..in_block + bytes.len()].copy_from_slice(bytes);
+        Ok(Some(whole))
     }
 
     /// Appends the data changes of truncating `ino` to `size` (D1: nothing stays at or past
@@ -264,6 +346,7 @@ impl Fs {
             after.size = after.size.max(end);
         }
         if punch || zero {
+            self.punch_extents(&mut b, ino, offset, end, shape.size)?;
             let (lo, hi) = self.punch_blocks(&mut b, ino, offset, end);
             after = self.shape_after_punch(ino, &shape, lo, hi, after.size)?;
             d.mtime = Some(now);

@@ -92,6 +92,8 @@ pub struct Fs {
     pub(crate) atime: crate::atime::AtimeSetting,
     /// Set on a shared store: this mount's session and the registration tree (shared.rs).
     pub(crate) shared: Option<crate::shared::Shared>,
+    /// Whole extents read for requests that covered part of one (extent.rs).
+    pub(crate) extent_cache: crate::extent::ExtentCache,
 }
 
 impl Fs {
@@ -176,6 +178,7 @@ impl Fs {
             read_only: true,
             atime: Default::default(),
             shared,
+            extent_cache: Default::default(),
         };
         fs.inodes
             .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);
@@ -225,7 +228,7 @@ impl Fs {
                     {
                         continue;
                     }
-                    self.free_inode(txn.batch(), ino);
+                    self.free_file(txn.batch(), ino, None)?;
                     opts = WriteOptions::NO_SYNC.freeing(0);
                 }
                 Ok::<_, FsError>(((), opts))

@@ -141,6 +141,8 @@ impl Fs {
             if size > MAX_FILE_SIZE {
                 return Err(FsError::FileTooBig);
             }
+            let old_size = self.inodes.shape(ino).map(|s| s.size);
+            self.truncate_extents(&mut b, ino, size, old_size)?;
             self.truncate_blocks(&mut b, ino, size);
             // Truncating to zero needs no knowledge of the file (O_TRUNC reads nothing).
             let after = if size == 0 {
@@ -319,7 +321,8 @@ impl Fs {
             }
         } else if free {
             let mut b = WriteBatch::new();
-            self.free_inode(&mut b, ino);
+            let size = self.inodes.shape(ino).map(|s| s.size);
+            self.free_file(&mut b, ino, size)?;
             self.kv.write(b, WriteOptions::NO_SYNC.freeing(0))?;
             self.inodes.update(ino, |k| {
                 k.orphan = false;

@@ -19,6 +19,7 @@ mod codec;
 mod data;
 mod dir;
 mod error;
+mod extent;
 mod fs;
 mod ids;
 mod inode_ops;

@@ -498,7 +498,7 @@ impl Fs {
         // A directory's own keys (dirparent, xattrs) went with `remove_dir_keys`, and its stat
         // with its entry; a file still has data and perhaps an inode record.
         if inode.stat.kind()? != FileType::Directory {
-            self.free_inode(b, id);
+            self.free_file(b, id, Some(inode.stat.size))?;
             return Ok((Fate::Freed, inode.stat.size));
         }
         if linked {

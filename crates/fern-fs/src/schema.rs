@@ -25,6 +25,10 @@ pub struct Trees {
     pub dirparent: TreeId,
     /// id -> empty: files unlinked while open, data still to free.
     pub orphan: TreeId,
+    /// (file id, slot) -> `X` | extent reference: the data extents of 1 MiB slots
+    /// (fs-design.md §9). `None` on a store without extents (etcd) or a read-only image made
+    /// before them: every byte is then in block rows.
+    pub extent: Option<TreeId>,
 }
 
 impl Trees {
@@ -38,6 +42,12 @@ impl Trees {
             xattr: kv.tree("fs.xattr")?,
             dirparent: kv.tree("fs.dirparent")?,
             orphan: kv.tree("fs.orphan")?,
+            // A read-only store cannot create the tree in an image made before extents; such
+            // an image has none, so block rows are all there is.
+            extent: match kv.limits().extents {
+                Some(max) if max as u64 >= SLOT_BYTES => kv.tree(EXTENT_TREE).ok(),
+                _ => None,
+            },
         })
     }
 }
@@ -117,6 +127,35 @@ pub fn parse_block_key(id: InodeId, key: &[u8]) -> FsResult<u64> {
 /// All data keys of `id` from block `first` on: `[(id, first), (id + 1, 0))`.
 pub fn blocks_from(id: InodeId, first: u64) -> (Vec<u8>, Vec<u8>) {
     (block_key(id, first), id_prefix_range(id).1)
+}
+
+/// The tree of data extents.
+pub const EXTENT_TREE: &str = "fs.extent";
+
+/// Bytes of a data-extent slot: slot `s` of a file holds bytes `[s * SLOT_BYTES, (s + 1) *
+/// SLOT_BYTES)`, whole blocks for every valid block size.
+pub const SLOT_BYTES: u64 = 1 << 20;
+
+/// Tag byte before the reference in an `fs.extent` row.
+pub const EXTENT_TAG: u8 = b'X';
+
+/// (file id, slot): the key of a data extent row (same shape as a block key).
+pub fn extent_key(id: InodeId, slot: u64) -> Vec<u8> {
+    block_key(id, slot)
+}
+
+/// The reference of an `fs.extent` row value (`X` | 16-byte reference).
+pub fn parse_extent_row(v: &[u8]) -> FsResult<fern_kv::ExtentRef> {
+    match v.split_first() {
+        Some((&EXTENT_TAG, r)) if r.len() == fern_kv::EXTENT_REF_LEN => {
+            fern_kv::ExtentRef::from_value_tail(r)
+                .ok_or_else(|| FsError::corrupt("extent row: short reference"))
+        }
+        _ => Err(FsError::corrupt(format!(
+            "extent row of {} bytes without its tag",
+            v.len()
+        ))),
+    }
 }
 
 /// Format version written by this code; a mount refuses any other.

@@ -95,7 +95,7 @@ impl Fs {
             if !orphan || self.held_open(&*txn, ino, Some(&key))? {
                 return Ok((false, WriteOptions::NO_SYNC));
             }
-            self.free_inode(txn.batch(), ino);
+            self.free_file(txn.batch(), ino, None)?;
             Ok::<_, FsError>((true, WriteOptions::NO_SYNC.freeing(0)))
         })
     }

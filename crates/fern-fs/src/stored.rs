@@ -95,7 +95,16 @@ impl Fs {
         let found = self
             .kv
             .scan(self.t.data, &range, Direction::Forward, (hi - lo) as usize)?;
-        Ok(found.len() as u64)
+        // An extent slot counts all its blocks; rows inside it shadow, not add (extent.rs E2).
+        let extents = self.extent_blocks_between(ino, lo, hi)?;
+        let mut rows = 0;
+        for (k, _) in &found {
+            let n = schema::parse_block_key(ino, k)?;
+            if !extents.iter().any(|(a, z)| (*a..*z).contains(&n)) {
+                rows += 1;
+            }
+        }
+        Ok(rows + extents.iter().map(|(a, z)| z - a).sum::<u64>())
     }
 
     /// The shape after writing `[pos, end)`: blocks touched at or past the old end are new;

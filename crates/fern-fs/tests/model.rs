@@ -199,7 +199,24 @@ enum Op {
     Read(usize, u32, u16),
     Truncate(Vec<String>, u32),
     Fallocate(usize, u32, u32, u16),
+    /// Large writes, truncates and punches around 1 MiB data-extent slots: (handle, offset
+    /// in 256 KiB units, unaligning bytes, length in 256 KiB units or bytes, fill byte).
+    BigWrite(usize, u8, u16, u16, u8),
+    BigTruncate(Vec<String>, u8, u16),
+    BigPunch(usize, u8, u16, u8),
     Remount,
+}
+
+const QUARTER_MIB: u64 = 256 << 10;
+
+/// An offset of `units` quarter-MiB plus `jitter` bytes, aligned two times in three.
+fn big_at(units: u8, jitter: u16) -> u64 {
+    u64::from(units % 16) * QUARTER_MIB
+        + if jitter.is_multiple_of(3) {
+            u64::from(jitter)
+        } else {
+            0
+        }
 }
 
 fn path() -> impl Strategy<Value = Vec<String>> {
@@ -226,6 +243,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (path(), off.clone()).prop_map(|(p, s)| Op::Truncate(p, s)),
         2 => (any::<usize>(), prop::sample::select(vec![0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE]), off, 1u16..9000)
             .prop_map(|(h, m, o, l)| Op::Fallocate(h, m, o, l)),
+        3 => (any::<usize>(), any::<u8>(), any::<u16>(), 1u16..20, any::<u8>()).prop_map(|(h, o, j, l, b)| Op::BigWrite(h, o, j, l, b)),
+        1 => (path(), any::<u8>(), any::<u16>()).prop_map(|(p, o, j)| Op::BigTruncate(p, o, j)),
+        1 => (any::<usize>(), any::<u8>(), any::<u16>(), 1u8..12).prop_map(|(h, o, j, l)| Op::BigPunch(h, o, j, l)),
         1 => Just(Op::Remount),
     ]
 }
@@ -422,6 +442,75 @@ impl Harness {
                         .write_at(&self.files[h], u64::from(*off), &data)
                         .map_err(|e| TestCaseError::fail(format!("write: {e}")))?;
                     prop_assert_eq!(n, data.len());
+                }
+            }
+            Op::BigWrite(h, units, jitter, len, byte) => {
+                if !m.open.is_empty() {
+                    let h = h % m.open.len();
+                    let off = big_at(*units, *jitter) as usize;
+                    // Lengths in quarter MiB, with an odd tail one time in two.
+                    let len =
+                        *len as usize * QUARTER_MIB as usize / 4 + (*jitter as usize % 2) * 777;
+                    let data: Vec<u8> = (0..len)
+                        .map(|i| byte.wrapping_add((i / 4096) as u8))
+                        .collect();
+                    let id = m.open[h];
+                    let file = m.file(id);
+                    if file.len() < off + len {
+                        file.resize(off + len, 0);
+                    }
+                    file[off..off + len].copy_from_slice(&data);
+                    let n = self
+                        .env()
+                        .p
+                        .write_at(&self.files[h], off as u64, &data)
+                        .map_err(|e| TestCaseError::fail(format!("big write: {e}")))?;
+                    prop_assert_eq!(n, len);
+                    let back = self
+                        .env()
+                        .p
+                        .read_at(&self.files[h], off as u64, len as u32)
+                        .map_err(|e| TestCaseError::fail(format!("read back: {e}")))?;
+                    prop_assert!(back == data, "read back a big write at {}", off);
+                }
+            }
+            Op::BigTruncate(path, units, jitter) => {
+                let size = big_at(*units, *jitter);
+                let r = errno(self.env.as_ref().expect("env").p.truncate(&p(path), size));
+                let expect = m
+                    .lookup(path, true)
+                    .and_then(|id| match &m.nodes[&id].kind {
+                        Kind::File(_) => Ok(id),
+                        Kind::Dir(_) => Err(libc::EISDIR),
+                        _ => Err(libc::EINVAL),
+                    });
+                match expect {
+                    Ok(id) => {
+                        prop_assert!(r.is_ok(), "big truncate {:?}: {:?}", path, r);
+                        m.file(id).resize(size as usize, 0);
+                    }
+                    Err(_) => prop_assert!(r.is_err(), "big truncate {:?} should fail", path),
+                }
+            }
+            Op::BigPunch(h, units, jitter, len) => {
+                if !m.open.is_empty() {
+                    let h = h % m.open.len();
+                    let off = big_at(*units, *jitter);
+                    let len = u64::from(*len) * QUARTER_MIB - u64::from(*jitter % 5) * 100;
+                    let file = m.file(m.open[h]);
+                    let to = ((off + len) as usize).min(file.len());
+                    if (off as usize) < to {
+                        file[off as usize..to].fill(0);
+                    }
+                    self.env()
+                        .p
+                        .fallocate(
+                            &self.files[h],
+                            FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                            off,
+                            len,
+                        )
+                        .map_err(|e| TestCaseError::fail(format!("big punch: {e}")))?;
                 }
             }
             Op::Read(h, off, len) => {
@@ -621,6 +710,17 @@ impl Harness {
                 _ => 0,
             })
             .sum();
+        // Every extent is named by exactly one row, and nothing else is live (format.md X9).
+        let live = fern_kv::KvStore::extents(&*self.env().store)
+            .map_err(|e| TestCaseError::fail(format!("extents: {e}")))?;
+        prop_assert_eq!(
+            live.len(),
+            self.env().keys_in("fs.extent"),
+            "extents leak or rows dangle"
+        );
+        let report = fern_fs::check::check(&*self.env().store)
+            .map_err(|e| TestCaseError::fail(format!("fsck: {e}")))?;
+        prop_assert!(report.is_clean(), "fsck: {:?}", report);
         prop_assert!(
             self.env().keys_in("fs.data") <= blocks,
             "data blocks leak: {} keys for {} blocks",

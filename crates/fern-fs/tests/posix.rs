@@ -1079,6 +1079,9 @@ impl fern_kv::KvRead for FullStore {
     ) -> fern_kv::KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.inner.scan(t, r, d, limit)
     }
+    fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> fern_kv::KvResult<()> {
+        self.inner.read_extent(r, buf)
+    }
 }
 
 impl fern_kv::KvStore for FullStore {

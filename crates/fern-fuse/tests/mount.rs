@@ -380,6 +380,9 @@ impl fern_kv::KvRead for CapsReads {
     ) -> fern_kv::KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.inner.scan(tree, range, dir, limit)
     }
+    fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> fern_kv::KvResult<()> {
+        self.inner.read_extent(r, buf)
+    }
 }
 
 impl KvStore for CapsReads {

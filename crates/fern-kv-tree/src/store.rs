@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use fern_kv::occ::{ConflictTracker, OccBackend, OccTxn};
 use fern_kv::{
-    Direction, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, Op, StoreSpace, TreeId,
-    UpdateRegistry, WriteBatch, WriteOptions,
+    Direction, ExtentRef, KeyRange, KvError, KvRead, KvResult, KvStore, KvTxn, Limits, Op,
+    StoreSpace, TreeId, UpdateRegistry, WriteBatch, WriteOptions,
 };
 use fern_tree::device::BlockDevice;
 use fern_tree::{Env, Options, UpsertId};
@@ -41,6 +41,7 @@ pub const ENGINE_LIMITS: Limits = Limits {
     max_bytes: None,
     max_key_len: fern_tree::MAX_KEY_LEN,
     max_value_len: fern_tree::MAX_VALUE_LEN,
+    extents: Some(fern_tree::MAX_EXTENT_LEN),
 };
 
 #[derive(Default)]
@@ -238,8 +239,15 @@ impl TreeStore {
     /// Checks `batch` and builds the engine batch, before any lock is taken. Inverted or empty
     /// range deletes remove nothing, so they are left out (the engine is never asked to
     /// interpret them).
-    fn translate(&self, batch: &WriteBatch) -> KvResult<fern_tree::WriteBatch> {
-        batch.check(&self.limits)?;
+    ///
+    /// `data` is the extents' bytes, moved out of an owned batch
+    /// ([`WriteBatch::take_extent_data`]); `None` copies them from `batch`.
+    fn translate(
+        &self,
+        batch: &WriteBatch,
+        data: Option<Vec<(usize, Vec<u8>)>>,
+    ) -> KvResult<fern_tree::WriteBatch> {
+        let data = data.unwrap_or_else(|| batch.extent_puts().to_vec());
         let trees = self.trees.read();
         let handle = |id: TreeId| {
             trees
@@ -248,10 +256,20 @@ impl TreeStore {
                 .ok_or(KvError::InvalidTree(id))
         };
         let mut out = fern_tree::WriteBatch::new();
-        for op in batch.ops() {
+        let mut extents = data.into_iter().peekable();
+        for (i, op) in batch.ops().iter().enumerate() {
             let t = handle(op.tree())?;
             match op {
-                Op::Put { key, value, .. } => out.insert(t, key, value),
+                Op::Put { key, value, .. } => match extents.next_if(|(at, _)| *at == i) {
+                    // The engine appends the reference to the prefix itself.
+                    Some((_, data)) => out.insert_extent(
+                        t,
+                        key,
+                        &value[..value.len() - fern_kv::EXTENT_REF_LEN],
+                        data,
+                    ),
+                    None => out.insert(t, key, value),
+                },
                 Op::Delete { key, .. } => out.delete(t, key),
                 Op::Upsert { key, func, arg, .. } => {
                     if self.registry.get(*func).is_none() {
@@ -265,6 +283,9 @@ impl TreeStore {
                     }
                 }
             }
+        }
+        for r in batch.extent_frees() {
+            out.free_extent(engine_ref(r)?);
         }
         Ok(out)
     }
@@ -282,7 +303,13 @@ impl TreeStore {
             Some(bytes) => self.env.write_releasing(engine, bytes),
             None => self.env.write(engine),
         }
-        .map_err(map_error);
+        .map_err(|e| match e {
+            // The engine refuses a free of an extent that is not live before logging (X5).
+            fern_tree::Error::InvalidArgument(why) if batch.has_extents() => {
+                KvError::InvalidExtent(why)
+            }
+            e => map_error(e),
+        });
         // Recorded even on failure: a failed engine write may have applied part of the batch
         // before poisoning the environment, and an extra record costs at most a spurious
         // conflict.
@@ -316,6 +343,12 @@ impl TreeStore {
             Direction::Reverse => scan_reverse(&t, range, limit),
         }
     }
+}
+
+/// The engine's reference behind a fern-kv one (the same 16 bytes, format.md "Extent
+/// reference").
+fn engine_ref(r: &ExtentRef) -> KvResult<fern_tree::ExtentRef> {
+    fern_tree::ExtentRef::decode(&r.0).map_err(KvError::InvalidExtent)
 }
 
 fn scan_forward(
@@ -368,6 +401,15 @@ impl KvRead for TreeStore {
         self.handle(tree)?.get(key).map_err(map_error)
     }
 
+    fn read_extent(&self, r: &ExtentRef, buf: &mut [u8]) -> KvResult<()> {
+        self.env
+            .read_extent(&engine_ref(r)?, buf)
+            .map_err(|e| match e {
+                fern_tree::Error::InvalidArgument(why) => KvError::InvalidExtent(why),
+                e => map_error(e),
+            })
+    }
+
     fn scan(
         &self,
         tree: TreeId,
@@ -402,8 +444,12 @@ impl KvStore for TreeStore {
         Ok(id)
     }
 
-    fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
-        self.apply_validated(&batch, opts, &|| Ok(()))
+    fn write(&self, mut batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
+        // Owned: the extents' bytes move to the engine instead of being copied.
+        batch.check(&self.limits)?;
+        let data = batch.take_extent_data();
+        let engine = self.translate(&batch, Some(data))?;
+        self.apply_engine(&batch, engine, opts, &|| Ok(()))
     }
 
     fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
@@ -430,6 +476,15 @@ impl KvStore for TreeStore {
         true
     }
 
+    fn extents(&self) -> KvResult<Vec<ExtentRef>> {
+        Ok(self
+            .env
+            .extents()
+            .iter()
+            .map(|r| ExtentRef(r.encode()))
+            .collect())
+    }
+
     fn space(&self) -> Option<StoreSpace> {
         let s = self.env.space();
         Some(StoreSpace {
@@ -451,7 +506,21 @@ impl OccBackend for TreeStore {
         opts: WriteOptions,
         validate: &dyn Fn() -> KvResult<()>,
     ) -> KvResult<()> {
-        let engine = self.translate(batch)?;
+        batch.check(&self.limits)?;
+        let engine = self.translate(batch, None)?;
+        self.apply_engine(batch, engine, opts, validate)
+    }
+}
+
+impl TreeStore {
+    /// Applies a translated batch under the gate after `validate`, then syncs if asked.
+    fn apply_engine(
+        &self,
+        batch: &WriteBatch,
+        engine: fern_tree::WriteBatch,
+        opts: WriteOptions,
+        validate: &dyn Fn() -> KvResult<()>,
+    ) -> KvResult<()> {
         {
             let _exclusive = self.gate.write();
             validate()?;

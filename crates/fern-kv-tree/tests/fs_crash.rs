@@ -38,7 +38,14 @@ const DEFAULT_SEEDS_DEBUG: u64 = 200;
 const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 const MAX_OPEN: usize = 4;
 
-fn engine() -> Options {
+/// Seeds that also write whole 1 MiB slots (data extents): one in a hundred (each takes ~1 s
+/// of wall time, mostly waiting, against ~10 ms for the others), so the rest keep
+/// the small log that makes checkpoints happen mid-workload, and the run stays short.
+fn big_writes(seed: u64) -> bool {
+    seed.is_multiple_of(100)
+}
+
+fn engine(big: bool) -> Options {
     // Small nodes, cache and log: trees grow several levels, nodes are evicted and the log
     // asks for checkpoints mid-workload. No background threads: a seed replays exactly.
     Options {
@@ -46,7 +53,10 @@ fn engine() -> Options {
         node_bytes: 4096,
         basement_bytes: 512,
         fanout: 4,
-        log_bytes: 256 << 10,
+        // With large writes: room for one batch of a slot's worth of block rows (a dissolved
+        // extent: up to 1 MiB) within half the log; extents still ask for checkpoints by
+        // their bytes (format.md X10).
+        log_bytes: if big { 4 << 20 } else { 256 << 10 },
         sync_interval: None,
         checkpoint_thread: false,
         ..Options::default()
@@ -423,6 +433,8 @@ struct Fsynced {
 
 struct Run {
     rng: Rng,
+    /// Whether writes may cover whole 1 MiB slots ([`big_writes`]).
+    big: bool,
     p: PathFs,
     m: Model,
     open: Vec<(File, u64)>,
@@ -453,9 +465,16 @@ impl Run {
 
     fn write(&mut self, target: Option<usize>, path: Option<String>) {
         let bs = self.p.fs().block_size() as u64;
-        let (off, len) = match self.rng.below(3) {
-            0 => (self.rng.below(200), 1 + self.rng.below(300)),
-            1 => (self.rng.below(bs), bs + self.rng.below(3 * bs)),
+        let slot = schema::SLOT_BYTES;
+        let (off, len) = match self.rng.below(10) {
+            0..=2 => (self.rng.below(200), 1 + self.rng.below(300)),
+            3..=5 => (self.rng.below(bs), bs + self.rng.below(3 * bs)),
+            // Large: a whole 1 MiB slot becomes a data extent (fs-design.md §9), so a crash
+            // can cut between an extent's write and its record. One slot: one batch, so the
+            // write is atomic as C3 needs (a longer write is several batches, and a crash
+            // may keep a prefix of it, as POSIX allows). The small writes above then land on
+            // extents (merged blocks) and truncates cut them (dissolved).
+            9 if self.big => (slot * self.rng.below(3), slot),
             _ => (
                 bs * (2 + self.rng.below(10)) + self.rng.below(bs),
                 1 + self.rng.below(100),
@@ -766,7 +785,8 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let ops = 10 + rng.below(70) as usize;
     let dev = Arc::new(CrashDevice::new());
     let store = Arc::new(
-        TreeStore::create_on_with(dev.clone(), engine(), fern_fs::registry()).expect("create"),
+        TreeStore::create_on_with(dev.clone(), engine(big_writes(seed)), fern_fs::registry())
+            .expect("create"),
     );
     Fs::mkfs(
         &*store,
@@ -779,6 +799,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let fs = Arc::new(Fs::mount(store.clone()).expect("mount"));
     let mut run = Run {
         rng,
+        big: big_writes(seed),
         p: PathFs::new(fs.clone(), Cred::root()),
         m: Model::new(),
         open: Vec::new(),
@@ -816,13 +837,19 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let image = dev.crash_image(seed.wrapping_mul(31).wrapping_add(7));
     let dev2 = Arc::new(CrashDevice::from_bytes(image));
     let store2 = Arc::new(
-        TreeStore::open_on_with(dev2.clone(), engine(), fern_fs::registry())
+        TreeStore::open_on_with(dev2.clone(), engine(big_writes(seed)), fern_fs::registry())
             .map_err(|e| format!("open after crash failed: {e}\n operations:\n  {log}"))?,
     );
     let fs2 = Fs::mount(store2.clone())
         .map_err(|e| format!("mount after crash failed: {e}\n operations:\n  {log}"))?;
     let seen = walk(&fs2, &HashSet::new());
     let mut errors = Vec::new();
+    // fsck after recovery: extents named once, none leaked (S8), counts (D2).
+    match fern_fs::check::check(&*store2) {
+        Ok(r) if r.is_clean() => {}
+        Ok(r) => errors.push(format!("fsck after the crash: {:?}", r.findings)),
+        Err(e) => errors.push(format!("fsck after the crash failed: {e}")),
+    }
     // C4
     for p in &seen.problems {
         errors.push(format!("C4 invariant: {p}"));

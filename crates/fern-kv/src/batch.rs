@@ -3,6 +3,7 @@
 //! This module owns the batch format and the limit check; it must never apply writes itself.
 
 use crate::error::{KvError, KvResult};
+use crate::extent::{ExtentRef, EXTENT_REF_LEN};
 use crate::types::{KeyRange, Limits, TreeId, UpdateFnId};
 
 /// One write.
@@ -80,11 +81,16 @@ impl Op {
     }
 }
 
-/// An ordered, atomic group of writes, possibly across several trees.
+/// An ordered, atomic group of writes, possibly across several trees, and the data extents
+/// bound and freed with them (crate `extent` docs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WriteBatch {
     ops: Vec<Op>,
     bytes: usize,
+    /// `(index of the row's Put in ops, data)`: the Put's value ends in a zero placeholder
+    /// that the backend replaces by the extent's reference.
+    extents: Vec<(usize, Vec<u8>)>,
+    frees: Vec<ExtentRef>,
 }
 
 impl WriteBatch {
@@ -135,6 +141,56 @@ impl WriteBatch {
         });
     }
 
+    /// Appends a data extent holding `data` and a put of `key` → `prefix | reference` (the
+    /// reference is filled in by the backend when the batch is applied).
+    pub fn put_extent(
+        &mut self,
+        tree: TreeId,
+        key: impl Into<Vec<u8>>,
+        prefix: &[u8],
+        data: Vec<u8>,
+    ) {
+        let mut value = Vec::with_capacity(prefix.len() + EXTENT_REF_LEN);
+        value.extend_from_slice(prefix);
+        value.extend_from_slice(&[0; EXTENT_REF_LEN]);
+        self.extents.push((self.ops.len(), data));
+        self.push(Op::Put {
+            tree,
+            key: key.into(),
+            value,
+        });
+    }
+
+    /// Frees the live extent `r` after the batch's ops (crate `extent` docs).
+    pub fn free_extent(&mut self, r: ExtentRef) {
+        self.frees.push(r);
+    }
+
+    /// The extents to bind: `(index of the row's Put in [`ops`](Self::ops), data)`.
+    pub fn extent_puts(&self) -> &[(usize, Vec<u8>)] {
+        &self.extents
+    }
+
+    /// Moves the extents' data out (each entry's data is left empty), for a backend that owns
+    /// the batch and hands the bytes on without copying them. Call [`check`](Self::check)
+    /// first: an emptied batch no longer passes it.
+    pub fn take_extent_data(&mut self) -> Vec<(usize, Vec<u8>)> {
+        self.extents
+            .iter_mut()
+            .map(|(at, data)| (*at, std::mem::take(data)))
+            .collect()
+    }
+
+    /// The extents to free, in order.
+    pub fn extent_frees(&self) -> &[ExtentRef] {
+        &self.frees
+    }
+
+    /// True when the batch binds or frees an extent.
+    pub fn has_extents(&self) -> bool {
+        !self.extents.is_empty() || !self.frees.is_empty()
+    }
+
     /// Appends any op.
     pub fn push(&mut self, op: Op) {
         self.bytes += op.size();
@@ -143,8 +199,12 @@ impl WriteBatch {
 
     /// Appends every op of `other`, in order.
     pub fn extend(&mut self, other: WriteBatch) {
+        let base = self.ops.len();
         self.bytes += other.bytes;
         self.ops.extend(other.ops);
+        self.extents
+            .extend(other.extents.into_iter().map(|(i, d)| (base + i, d)));
+        self.frees.extend(other.frees);
     }
 
     /// The ops, in application order.
@@ -152,7 +212,8 @@ impl WriteBatch {
         &self.ops
     }
 
-    /// Consumes the batch into its ops.
+    /// Consumes the batch into its ops (the extents' data and frees are dropped: a backend
+    /// with extents reads them first).
     pub fn into_ops(self) -> Vec<Op> {
         self.ops
     }
@@ -162,9 +223,9 @@ impl WriteBatch {
         self.ops.len()
     }
 
-    /// True when the batch holds no op.
+    /// True when the batch holds no op and no extent free.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.ops.is_empty() && self.frees.is_empty()
     }
 
     /// Bytes counted toward [`Limits::max_bytes`].
@@ -175,6 +236,33 @@ impl WriteBatch {
     /// Fails with [`KvError::TooLarge`] when the batch does not fit the backend in one atomic
     /// step. Backends call it before applying anything, so an oversized batch changes nothing.
     pub fn check(&self, limits: &Limits) -> KvResult<()> {
+        if self.has_extents() {
+            let Some(max) = limits.extents else {
+                return Err(KvError::Unsupported {
+                    what: "data extents",
+                });
+            };
+            for (_, data) in &self.extents {
+                if data.is_empty() {
+                    return Err(KvError::InvalidExtent("an extent of no bytes".into()));
+                }
+                if data.len() > max {
+                    return Err(KvError::TooLarge {
+                        what: "extent",
+                        actual: data.len(),
+                        limit: max,
+                    });
+                }
+            }
+            let mut seen = std::collections::HashSet::new();
+            for r in &self.frees {
+                if !seen.insert(*r) {
+                    return Err(KvError::InvalidExtent(format!(
+                        "{r:?} is freed twice in one batch"
+                    )));
+                }
+            }
+        }
         if let Some(max) = limits.max_ops {
             if self.ops.len() > max {
                 return Err(KvError::TooLarge {

@@ -44,6 +44,18 @@ pub enum KvError {
     /// rather than pretend they are durable.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The backend does not have what the batch asks for (data extents on etcd); nothing
+    /// was applied.
+    #[error("the store has no {what}")]
+    Unsupported {
+        /// What is missing ("data extents").
+        what: &'static str,
+    },
+    /// An extent op or reference the store refuses: a free of an extent that is not live or
+    /// named twice in one batch, empty extent data, a read of a stale reference. Nothing was
+    /// applied.
+    #[error("invalid data extent: {0}")]
+    InvalidExtent(String),
     /// An I/O error from the backend's media.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -11,6 +11,7 @@
 mod batch;
 pub mod conformance;
 mod error;
+mod extent;
 pub mod mem;
 pub mod occ;
 mod retry;
@@ -19,6 +20,7 @@ mod types;
 
 pub use batch::{Op, WriteBatch};
 pub use error::{KvError, KvResult};
+pub use extent::{ExtentRef, EXTENT_REF_LEN};
 pub use retry::{transact, transact_opts, Backoff, RetryPolicy, Retryable};
 pub use store::{KvRead, KvSession, KvStore, KvTxn};
 pub use types::{

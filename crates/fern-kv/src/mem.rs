@@ -9,6 +9,7 @@ use parking_lot::RwLock;
 
 use crate::batch::{Op, WriteBatch};
 use crate::error::{KvError, KvResult};
+use crate::extent::{ExtentRef, EXTENT_REF_LEN};
 use crate::occ::{ConflictTracker, OccBackend, OccTxn};
 use crate::store::{KvRead, KvStore, KvTxn};
 use crate::types::{Direction, KeyRange, Limits, TreeId, UpdateRegistry, WriteOptions};
@@ -19,6 +20,42 @@ type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 struct State {
     names: HashMap<String, TreeId>,
     trees: Vec<Tree>,
+    /// Live extents by id (bytes 0..8 of the reference); ids are never reused, so a stale
+    /// reference is always told apart from a live one.
+    extents: BTreeMap<u64, Vec<u8>>,
+    next_extent: u64,
+}
+
+/// The oracle's reference: id u64 LE | len u32 LE | a 32-bit FNV-1a of the data (a check
+/// that the caller handed back the reference it was given, not a media checksum).
+fn reference(id: u64, data: &[u8]) -> ExtentRef {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in data {
+        h = (h ^ u32::from(*b)).wrapping_mul(0x0100_0193);
+    }
+    let mut r = [0u8; EXTENT_REF_LEN];
+    r[0..8].copy_from_slice(&id.to_le_bytes());
+    r[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
+    r[12..16].copy_from_slice(&h.to_le_bytes());
+    ExtentRef(r)
+}
+
+fn extent_id(r: &ExtentRef) -> u64 {
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&r.0[0..8]);
+    u64::from_le_bytes(id)
+}
+
+impl State {
+    /// The live extent `r` names, or why not.
+    fn live(&self, r: &ExtentRef) -> KvResult<&Vec<u8>> {
+        match self.extents.get(&extent_id(r)) {
+            Some(data) if reference(extent_id(r), data) == *r => Ok(data),
+            _ => Err(KvError::InvalidExtent(format!(
+                "{r:?} is not a live extent"
+            ))),
+        }
+    }
 }
 
 /// Thread-safe in-memory [`KvStore`].
@@ -64,12 +101,28 @@ impl MemStore {
                 }
             }
         }
+        for r in batch.extent_frees() {
+            state.live(r)?;
+        }
+        // Bind the new extents first: their references complete their rows' values.
+        let mut bound: HashMap<usize, ExtentRef> = HashMap::new();
+        for (at, data) in batch.extent_puts() {
+            state.next_extent += 1;
+            let id = state.next_extent;
+            state.extents.insert(id, data.clone());
+            bound.insert(*at, reference(id, data));
+        }
         // Nothing below can fail, so either every op is applied or (above) none is.
-        for op in batch.ops() {
+        for (i, op) in batch.ops().iter().enumerate() {
             let tree = &mut state.trees[op.tree().0 as usize];
             match op {
                 Op::Put { key, value, .. } => {
-                    tree.insert(key.clone(), value.clone());
+                    let mut value = value.clone();
+                    if let Some(r) = bound.get(&i) {
+                        let at = value.len() - EXTENT_REF_LEN;
+                        value[at..].copy_from_slice(&r.0);
+                    }
+                    tree.insert(key.clone(), value);
                 }
                 Op::Delete { key, .. } => {
                     tree.remove(key);
@@ -102,6 +155,9 @@ impl MemStore {
                     }
                 }
             }
+        }
+        for r in batch.extent_frees() {
+            state.extents.remove(&extent_id(r));
         }
         self.tracker.record(batch);
         Ok(())
@@ -148,6 +204,19 @@ impl KvRead for MemStore {
         Ok(t.get(key).cloned())
     }
 
+    fn read_extent(&self, r: &ExtentRef, buf: &mut [u8]) -> KvResult<()> {
+        let state = self.state.read();
+        let data = state.live(r)?;
+        if buf.len() != data.len() {
+            return Err(KvError::InvalidExtent(format!(
+                "reading {r:?} into a buffer of {} bytes",
+                buf.len()
+            )));
+        }
+        buf.copy_from_slice(data);
+        Ok(())
+    }
+
     fn scan(
         &self,
         tree: TreeId,
@@ -189,6 +258,15 @@ impl KvStore for MemStore {
 
     fn point_reads_cheap(&self) -> bool {
         true
+    }
+
+    fn extents(&self) -> KvResult<Vec<ExtentRef>> {
+        let state = self.state.read();
+        Ok(state
+            .extents
+            .iter()
+            .map(|(id, data)| reference(*id, data))
+            .collect())
     }
 }
 

@@ -222,6 +222,10 @@ impl<B: OccBackend + ?Sized> KvRead for OccTxn<'_, B> {
             .read_range(tree, covered(range, dir, limit, &pairs));
         Ok(pairs)
     }
+
+    fn read_extent(&self, r: &crate::ExtentRef, buf: &mut [u8]) -> KvResult<()> {
+        self.store.read_extent(r, buf)
+    }
 }
 
 impl<B: OccBackend + ?Sized> KvTxn for OccTxn<'_, B> {

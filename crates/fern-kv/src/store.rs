@@ -48,7 +48,8 @@
 //! O(1) in ops.
 
 use crate::batch::WriteBatch;
-use crate::error::KvResult;
+use crate::error::{KvError, KvResult};
+use crate::extent::ExtentRef;
 use crate::types::{Direction, KeyRange, Limits, TreeId, WriteOptions};
 
 /// Point and range reads, shared by the store and its transactions.
@@ -65,6 +66,17 @@ pub trait KvRead {
         dir: Direction,
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>>;
+
+    /// Fills `buf`, exactly the extent's length, with the bytes of the live extent `r`
+    /// (crate `extent` docs). Not recorded as a transaction read: the row that held `r` was.
+    /// A wrapper store that forwards [`KvStore::limits`] must forward this (and
+    /// [`KvStore::extents`]) too: its callers take `limits().extents` as a promise.
+    fn read_extent(&self, r: &ExtentRef, buf: &mut [u8]) -> KvResult<()> {
+        let _ = (r, buf);
+        Err(KvError::Unsupported {
+            what: "data extents",
+        })
+    }
 }
 
 /// An ordered, transactional key-value store. Implementations are shared between threads.
@@ -112,6 +124,12 @@ pub trait KvStore: KvRead + Send + Sync {
     /// one round trip per read, whatever it returns) keeps the default, and gets one scan.
     fn point_reads_cheap(&self) -> bool {
         false
+    }
+
+    /// Every live data extent, for a checker comparing them with the rows that name them
+    /// (format.md X9). Empty on a backend without extents.
+    fn extents(&self) -> KvResult<Vec<ExtentRef>> {
+        Ok(Vec::new())
     }
 }
 

@@ -293,6 +293,9 @@ pub struct Limits {
     pub max_key_len: usize,
     /// Longest value.
     pub max_value_len: usize,
+    /// Longest data extent, or `None` when the backend has no extents (see
+    /// [`crate::ExtentRef`]).
+    pub extents: Option<usize>,
 }
 
 impl Limits {
@@ -302,6 +305,7 @@ impl Limits {
         max_bytes: None,
         max_key_len: 16 * 1024,
         max_value_len: 1 << 20,
+        extents: Some(8 << 20),
     };
 
     /// The stricter of `self` and `other` in every field: what a backend enforces when a
@@ -316,6 +320,10 @@ impl Limits {
             max_bytes: tighter(self.max_bytes, other.max_bytes),
             max_key_len: self.max_key_len.min(other.max_key_len),
             max_value_len: self.max_value_len.min(other.max_value_len),
+            extents: match (self.extents, other.extents) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                _ => None,
+            },
         }
     }
 }

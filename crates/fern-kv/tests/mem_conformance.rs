@@ -17,3 +17,12 @@ fn memory_backend_with_etcd_limits_conforms() {
     };
     fern_kv::conformance::run_all(|r| MemStore::with_limits(r, etcd));
 }
+
+#[test]
+fn memory_backend_without_extents_conforms() {
+    let none = Limits {
+        extents: None,
+        ..Limits::EMBEDDED
+    };
+    fern_kv::conformance::run_all(|r| MemStore::with_limits(r, none));
+}

@@ -122,6 +122,32 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
         f.sync_all().unwrap();
         synced.push((p, format!("data {n}")));
     }
+    // Large files: 1 MiB writes (whole slots: data extents, fs-design.md §9) and an
+    // unaligned tail, fsynced; then one overwritten in the middle and one truncated into a
+    // slot without an fsync, so the kill finds extents freed and dissolved in the log.
+    let big: Vec<u8> = (0..5 * (1 << 20) + 1234)
+        .map(|i: usize| (i / 4096) as u8 ^ (i as u8).wrapping_mul(13))
+        .collect();
+    for n in 0..2 {
+        let p = mnt.join(format!("big-{n}"));
+        let mut f = fs::File::create(&p).unwrap();
+        for chunk in big.chunks(1 << 20) {
+            std::io::Write::write_all(&mut f, chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("big-0"))
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"after the fsync", (1 << 20) + 77).unwrap();
+    drop(f);
+    fs::File::options()
+        .write(true)
+        .open(mnt.join("big-1"))
+        .unwrap()
+        .set_len(3 * (1 << 20) + 5)
+        .unwrap();
     fs::write(mnt.join("maybe"), b"not synced").unwrap();
     kill_daemon(img, mnt);
     let fsck = ok(&["fsck".as_ref(), i]);
@@ -134,6 +160,17 @@ fn mkfs_mount_umount_fsck_and_kill_9() {
     for (p, want) in &synced {
         assert_eq!(fs::read_to_string(p).unwrap(), *want, "{}", p.display());
     }
+    // Each large file is its fsynced content or the later change, whole or not at all.
+    let big0 = fs::read(mnt.join("big-0")).unwrap();
+    let mut changed = big.clone();
+    changed[(1 << 20) + 77..(1 << 20) + 92].copy_from_slice(b"after the fsync");
+    assert!(big0 == big || big0 == changed, "big-0 after kill -9");
+    let big1 = fs::read(mnt.join("big-1")).unwrap();
+    assert!(
+        big1 == big || big1 == big[..3 * (1 << 20) + 5],
+        "big-1 after kill -9: {} bytes",
+        big1.len()
+    );
     assert_eq!(fs::read(mnt.join("hard")).unwrap(), b"persist me");
     ok(&["umount".as_ref(), m]);
     ok(&["fsck".as_ref(), i]);

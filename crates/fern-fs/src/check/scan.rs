@@ -52,9 +52,13 @@ pub(super) struct Scan {
     pub(super) xattrs: BTreeMap<u64, u64>,
     /// Keys of the wrong shape: (tree, key, what).
     pub(super) bad_keys: Vec<(Tree, Vec<u8>, &'static str)>,
+    /// Extent slots of each inode (S8, extents.rs).
+    pub(super) extent_slots: BTreeMap<u64, BTreeSet<u64>>,
+    /// What is wrong with the extent rows and the live extents (S8).
+    pub(super) extent_problems: Vec<String>,
 }
 
-fn scan_tree(
+pub(super) fn scan_tree(
     kv: &dyn KvStore,
     tree: TreeId,
     mut each: impl FnMut(Vec<u8>, Vec<u8>),
@@ -72,11 +76,11 @@ fn scan_tree(
     }
 }
 
-fn id_of(key: &[u8]) -> Option<u64> {
+pub(super) fn id_of(key: &[u8]) -> Option<u64> {
     <[u8; 8]>::try_from(key).ok().map(u64::from_be_bytes)
 }
 
-fn prefix_id(key: &[u8]) -> Option<u64> {
+pub(super) fn prefix_id(key: &[u8]) -> Option<u64> {
     key.get(..8).and_then(id_of)
 }
 
@@ -100,7 +104,10 @@ impl Scan {
             data: BTreeMap::new(),
             xattrs: BTreeMap::new(),
             bad_keys: Vec::new(),
+            extent_slots: BTreeMap::new(),
+            extent_problems: Vec::new(),
         };
+        s.read_extents(kv, t)?;
         let mut bad = Vec::new();
         scan_tree(kv, t.inode, |k, v| match id_of(&k) {
             Some(id) => {
@@ -132,6 +139,7 @@ impl Scan {
             None => bad.push((Tree::Orphan, k, "orphan key not 8 bytes")),
         })?;
         let bs = u64::from(s.sb.block_size);
+        let per_slot = schema::SLOT_BYTES / bs;
         scan_tree(kv, t.data, |k, v| {
             if k.len() != 16 {
                 bad.push((Tree::Data, k, "data key not 16 bytes"));
@@ -140,7 +148,12 @@ impl Scan {
             let id = prefix_id(&k).unwrap_or(0);
             let block = id_of(&k[8..]).unwrap_or(0);
             let d = s.data.entry(id).or_default();
-            d.blocks += 1;
+            // A row inside an extent slot shadows a block the extent already counts.
+            let shadow = s
+                .extent_slots
+                .get(&id)
+                .is_some_and(|slots| slots.contains(&(block / per_slot)));
+            d.blocks += u64::from(!shadow);
             let len = v.len() as u64;
             if len == 0 || len > bs {
                 d.bad_blocks.push(block);
@@ -148,6 +161,7 @@ impl Scan {
             let end = block.saturating_mul(bs).saturating_add(len);
             d.end = d.end.max(end);
         })?;
+        s.count_extent_slots(per_slot);
         scan_tree(kv, t.xattr, |k, _| match prefix_id(&k) {
             Some(id) if k.len() > 8 => *s.xattrs.entry(id).or_default() += 1,
             _ => bad.push((Tree::Xattr, k, "xattr key without a name")),

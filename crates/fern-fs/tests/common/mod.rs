@@ -158,6 +158,9 @@ impl KvRead for CountingStore {
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.counts.scan(&*self.inner, tree, range, dir, limit)
     }
+    fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> KvResult<()> {
+        self.inner.read_extent(r, buf)
+    }
 }
 
 impl KvStore for CountingStore {
@@ -191,6 +194,10 @@ impl KvStore for CountingStore {
     fn point_reads_cheap(&self) -> bool {
         !self.remote.load(Ordering::SeqCst) && self.inner.point_reads_cheap()
     }
+
+    fn extents(&self) -> KvResult<Vec<fern_kv::ExtentRef>> {
+        self.inner.extents()
+    }
 }
 
 struct CountingTxn<'a> {
@@ -210,6 +217,9 @@ impl KvRead for CountingTxn<'_> {
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         self.counts.scan(&*self.inner, tree, range, dir, limit)
+    }
+    fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> KvResult<()> {
+        self.inner.read_extent(r, buf)
     }
 }
 

@@ -5,6 +5,7 @@
 //!
 //! Scenarios panic with a message naming what broke, as tests do.
 
+mod extents;
 mod reads;
 mod txn;
 mod writes;
@@ -95,4 +96,9 @@ where
     txn::abort_applies_nothing(&open());
     txn::retry_helper(&open());
     txn::concurrent_increments(&open());
+    extents::refused_without_extents(&open());
+    extents::round_trip(&open());
+    extents::double_free_refused(&open());
+    extents::stale_reference(&open());
+    extents::atomic_with_row(&open());
 }

@@ -1,0 +1,373 @@
+//! Data extents of regular files (docs/fs-design.md §9): which part of a write becomes an
+//! extent, reading extent bytes, and freeing or dissolving extents when a truncate, punch or
+//! unlink removes their slot. It owns the `fs.extent` rows and the small cache of verified
+//! extents; it must never leave an extent without exactly one row naming it (format.md X9),
+//! nor a row naming a freed extent.
+//!
+//! Rules (E1–E4, cited in the code and by fsck):
+//! * **E1** An extent holds one whole slot ([`schema::SLOT_BYTES`]) and lies entirely below
+//!   the file's size: it is written only for a slot a write covers whole (the size grows in
+//!   the same batch), and a truncate below a slot's end frees or dissolves it first.
+//! * **E2** A block row inside an extent slot is a whole block that shadows the extent's
+//!   bytes for that block ("messages on top"). A partial-block write there merges the
+//!   extent's bytes into a whole-block put (the one read-before-write extents add).
+//! * **E3** A slot that an operation cuts in the middle (punch, truncate) is *dissolved*
+//!   first, in the same batch: the blocks without a row become rows of the extent's bytes and
+//!   the extent is freed, so the block-row rules (D1) apply unchanged after it.
+//! * **E4** Every batch that deletes an `fs.extent` row (or replaces it) frees its extent.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use fern_kv::{Direction, ExtentRef, KeyRange, KvError, TreeId, WriteBatch};
+use parking_lot::Mutex;
+
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
+use crate::ids::InodeId;
+use crate::schema::{self, SLOT_BYTES};
+
+/// Verified extents kept for the next request (FUSE reads arrive in 128 KiB pieces; an
+/// extent's crc covers all of it, so it is read whole once). Keyed by reference: an extent's
+/// bytes never change while its reference names it.
+const CACHED_EXTENTS: usize = 8;
+
+/// The cache of whole extents read by requests that covered only part of one.
+#[derive(Default)]
+pub(crate) struct ExtentCache(Mutex<VecDeque<(ExtentRef, Arc<Vec<u8>>)>>);
+
+impl ExtentCache {
+    fn get(&self, r: &ExtentRef) -> Option<Arc<Vec<u8>>> {
+        let c = self.0.lock();
+        c.iter().find(|(k, _)| k == r).map(|(_, v)| Arc::clone(v))
+    }
+
+    fn put(&self, r: ExtentRef, data: Arc<Vec<u8>>) {
+        let mut c = self.0.lock();
+        if c.len() >= CACHED_EXTENTS {
+            c.pop_front();
+        }
+        c.push_back((r, data));
+    }
+}
+
+/// How many times a read retries when an extent it found was freed under it by a concurrent
+/// write (the row it read is then already replaced).
+const STALE_RETRIES: usize = 3;
+
+impl Fs {
+    /// The extent tree, when large writes should use it.
+    pub(crate) fn extent_tree(&self) -> Option<TreeId> {
+        self.t.extent
+    }
+
+    /// Blocks per slot.
+    pub(crate) fn slot_blocks(&self) -> u64 {
+        SLOT_BYTES / u64::from(self.sb.block_size)
+    }
+
+    /// The extents of `ino` in slots `[lo, hi)`, as (slot, reference), ascending.
+    pub(crate) fn extents_in(
+        &self,
+        ino: InodeId,
+        lo: u64,
+        hi: u64,
+    ) -> FsResult<Vec<(u64, ExtentRef)>> {
+        let Some(xt) = self.t.extent else {
+            return Ok(Vec::new());
+        };
+        if lo >= hi {
+            return Ok(Vec::new());
+        }
+        if hi - lo <= 2 {
+            let mut out = Vec::new();
+            for s in lo..hi {
+                if let Some(v) = self.kv.get(xt, &schema::extent_key(ino, s))? {
+                    out.push((s, schema::parse_extent_row(&v)?));
+                }
+            }
+            return Ok(out);
+        }
+        let hi_key = match hi {
+            u64::MAX => schema::id_prefix_range(ino).1,
+            h => schema::extent_key(ino, h),
+        };
+        let mut range = KeyRange::half_open(&schema::extent_key(ino, lo), &hi_key);
+        let mut out = Vec::new();
+        loop {
+            let page = self.kv.scan(xt, &range, Direction::Forward, 1024)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(out);
+            };
+            range.lo = std::ops::Bound::Excluded(last.clone());
+            for (k, v) in &page {
+                out.push((
+                    schema::parse_block_key(ino, k)?,
+                    schema::parse_extent_row(v)?,
+                ));
+            }
+        }
+    }
+
+    /// Reads extent `r` whole into `buf` (exactly its length).
+    fn read_extent_into(&self, r: &ExtentRef, buf: &mut [u8]) -> FsResult<()> {
+        if buf.len() != r.len() as usize {
+            return Err(FsError::corrupt(format!(
+                "extent of {} bytes where a slot of {} was expected",
+                r.len(),
+                buf.len()
+            )));
+        }
+        Ok(self.kv.read_extent(r, buf)?)
+    }
+
+    /// Extent `r` whole, from the cache or read and cached.
+    fn extent_bytes(&self, r: &ExtentRef) -> FsResult<Arc<Vec<u8>>> {
+        if let Some(d) = self.extent_cache.get(r) {
+            return Ok(d);
+        }
+        let mut buf = vec![0u8; r.len() as usize];
+        self.kv.read_extent(r, &mut buf)?;
+        let d = Arc::new(buf);
+        self.extent_cache.put(*r, Arc::clone(&d));
+        Ok(d)
+    }
+
+    /// Fills `out` (the bytes `[offset, offset + out.len())` of `ino`) with the bytes of the
+    /// file's extents there; block rows go on top afterwards (E2). A request covering a whole
+    /// slot reads it straight into `out`; a partial one goes through the cache.
+    pub(crate) fn read_extents(&self, ino: InodeId, offset: u64, out: &mut [u8]) -> FsResult<()> {
+        let end = offset + out.len() as u64;
+        let (lo, hi) = (offset / SLOT_BYTES, end.div_ceil(SLOT_BYTES));
+        let mut tries = 0;
+        loop {
+            match self.read_extents_once(ino, offset, end, lo, hi, out) {
+                // A concurrent write replaced the slot after its row was read: read again.
+                Err(FsError::Kv(KvError::InvalidExtent(_))) if tries < STALE_RETRIES => {
+                    tries += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn read_extents_once(
+        &self,
+        ino: InodeId,
+        offset: u64,
+        end: u64,
+        lo: u64,
+        hi: u64,
+        out: &mut [u8],
+    ) -> FsResult<()> {
+        for (slot, r) in self.extents_in(ino, lo, hi)? {
+            let start = slot * SLOT_BYTES;
+            let stop = start + u64::from(r.len());
+            let (from, to) = (offset.max(start), end.min(stop));
+            if from >= to {
+                continue;
+            }
+            let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
+            if from == start && to == stop {
+                self.read_extent_into(&r, dst)?;
+            } else {
+                let d = self.extent_bytes(&r)?;
+                dst.copy_from_slice(&d[(from - start) as usize..(to - start) as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of block `block` from its slot's extent, if the slot has one (E2).
+    pub(crate) fn block_from_extent(&self, ino: InodeId, block: u64) -> FsResult<Option<Vec<u8>>> {
+        let bs = u64::from(self.sb.block_size);
+        let slot = block / self.slot_blocks();
+        let Some((_, r)) = self.extents_in(ino, slot, slot + 1)?.pop() else {
+            return Ok(None);
+        };
+        let d = self.extent_bytes(&r)?;
+        let at = (block * bs - slot * SLOT_BYTES) as usize;
+        Ok(d.get(at..at + bs as usize).map(<[u8]>::to_vec))
+    }
+
+    /// Appends the write of slot `slot` of `ino` as one extent: the old extent (if any) is
+    /// freed and the slot's block rows deleted, in the same batch (E4).
+    pub(crate) fn write_extent(
+        &self,
+        b: &mut WriteBatch,
+        xt: TreeId,
+        ino: InodeId,
+        slot: u64,
+        data: &[u8],
+    ) -> FsResult<()> {
+        for (_, old) in self.extents_in(ino, slot, slot + 1)? {
+            b.free_extent(old);
+        }
+        let per = self.slot_blocks();
+        b.delete_range(
+            self.t.data,
+            schema::block_key(ino, slot * per),
+            schema::block_key(ino, (slot + 1) * per),
+        );
+        b.put_extent(
+            xt,
+            schema::extent_key(ino, slot),
+            &[schema::EXTENT_TAG],
+            data.to_vec(),
+        );
+        Ok(())
+    }
+
+    /// Appends the freeing of every extent of `ino` in slots `[lo, hi)` and the delete of
+    /// their rows (E4): one scan of `fs.extent`, one row per MiB, no extent data read.
+    pub(crate) fn free_extents(
+        &self,
+        b: &mut WriteBatch,
+        ino: InodeId,
+        lo: u64,
+        hi: u64,
+    ) -> FsResult<()> {
+        let Some(xt) = self.t.extent else {
+            return Ok(());
+        };
+        let found = self.extents_in(ino, lo, hi)?;
+        for (_, r) in &found {
+            b.free_extent(*r);
+        }
+        if !found.is_empty() {
+            let hi_key = match hi {
+                u64::MAX => schema::id_prefix_range(ino).1,
+                h => schema::extent_key(ino, h),
+            };
+            b.delete_range(xt, schema::extent_key(ino, lo), hi_key);
+        }
+        Ok(())
+    }
+
+    /// Appends the dissolving of slot `slot` of `ino` (E3): its blocks without a row become
+    /// rows of the extent's bytes, the extent is freed and its row deleted. Nothing when the
+    /// slot has no extent.
+    pub(crate) fn dissolve_slot(
+        &self,
+        b: &mut WriteBatch,
+        ino: InodeId,
+        slot: u64,
+    ) -> FsResult<()> {
+        let (Some(xt), Some((_, r))) = (self.t.extent, self.extents_in(ino, slot, slot + 1)?.pop())
+        else {
+            return Ok(());
+        };
+        let bs = u64::from(self.sb.block_size);
+        let per = self.slot_blocks();
+        let first = slot * per;
+        let range = KeyRange::half_open(
+            &schema::block_key(ino, first),
+            &schema::block_key(ino, first + per),
+        );
+        let rows = self
+            .kv
+            .scan(self.t.data, &range, Direction::Forward, per as usize)?;
+        let mut has_row = vec![false; per as usize];
+        for (k, _) in &rows {
+            let n = schema::parse_block_key(ino, k)?;
+            if let Some(x) = n.checked_sub(first).filter(|x| *x < per) {
+                has_row[x as usize] = true;
+            }
+        }
+        let d = self.extent_bytes(&r)?;
+        for (i, chunk) in d.chunks(bs as usize).enumerate() {
+            if !has_row[i] {
+                b.put(self.t.data, schema::block_key(ino, first + i as u64), chunk);
+            }
+        }
+        b.delete(xt, schema::extent_key(ino, slot));
+        b.free_extent(r);
+        Ok(())
+    }
+
+    /// Appends the extent side of truncating `ino` to `size` (E1, E3): the slot the new size
+    /// cuts is dissolved, the slots past it freed. `old_size` (when known) skips the look-up
+    /// for a file too small to have an extent.
+    pub(crate) fn truncate_extents(
+        &self,
+        b: &mut WriteBatch,
+        ino: InodeId,
+        size: u64,
+        old_size: Option<u64>,
+    ) -> FsResult<()> {
+        if self.t.extent.is_none() || old_size.is_some_and(|s| s < SLOT_BYTES || s <= size) {
+            return Ok(());
+        }
+        if !size.is_multiple_of(SLOT_BYTES) {
+            self.dissolve_slot(b, ino, size / SLOT_BYTES)?;
+        }
+        self.free_extents(b, ino, size.div_ceil(SLOT_BYTES), u64::MAX)
+    }
+
+    /// Appends the extent side of zeroing `[start, end)` of `ino` (E3, E4): slots cut are
+    /// dissolved, slots covered whole freed. `size` is the file's size before.
+    pub(crate) fn punch_extents(
+        &self,
+        b: &mut WriteBatch,
+        ino: InodeId,
+        start: u64,
+        end: u64,
+        size: u64,
+    ) -> FsResult<()> {
+        if self.t.extent.is_none() || size < SLOT_BYTES {
+            return Ok(());
+        }
+        let end = end.min(size);
+        if start >= end {
+            return Ok(());
+        }
+        let (whole_lo, whole_hi) = (start.div_ceil(SLOT_BYTES), end / SLOT_BYTES);
+        let first_cut = (!start.is_multiple_of(SLOT_BYTES)).then_some(start / SLOT_BYTES);
+        let last_cut = (!end.is_multiple_of(SLOT_BYTES)).then_some(end / SLOT_BYTES);
+        if let Some(s) = first_cut {
+            self.dissolve_slot(b, ino, s)?;
+        }
+        if let Some(s) = last_cut.filter(|s| Some(*s) != first_cut) {
+            self.dissolve_slot(b, ino, s)?;
+        }
+        if whole_lo < whole_hi {
+            self.free_extents(b, ino, whole_lo, whole_hi)?;
+        }
+        Ok(())
+    }
+
+    /// Appends the deletion of every key of file `id` and the freeing of its extents (E4);
+    /// `size` (when known) skips the look-up for a file too small to have one.
+    pub(crate) fn free_file(
+        &self,
+        b: &mut WriteBatch,
+        id: InodeId,
+        size: Option<u64>,
+    ) -> FsResult<()> {
+        if size.is_none_or(|s| s >= SLOT_BYTES) {
+            self.free_extents(b, id, 0, u64::MAX)?;
+        }
+        self.free_inode(b, id);
+        Ok(())
+    }
+
+    /// Blocks of `ino` among `[lo, hi)` held by extents, and the extent slots there, for the
+    /// stored-block count (an extent slot counts all its blocks; rows in it shadow, E2).
+    pub(crate) fn extent_blocks_between(
+        &self,
+        ino: InodeId,
+        lo: u64,
+        hi: u64,
+    ) -> FsResult<Vec<(u64, u64)>> {
+        let per = self.slot_blocks();
+        if self.t.extent.is_none() || lo >= hi {
+            return Ok(Vec::new());
+        }
+        let slots = self.extents_in(ino, lo / per, hi.div_ceil(per).max(lo / per + 1))?;
+        Ok(slots
+            .into_iter()
+            .map(|(s, _)| ((s * per).max(lo), ((s + 1) * per).min(hi)))
+            .filter(|(a, z)| a < z)
+            .collect())
+    }
+}
