@@ -101,3 +101,42 @@ fn two_fs_of_one_store_never_unregister_each_others_opens() {
     assert_eq!(keys(&store, "fs.orphan"), 0, "freed at the last close");
     assert_eq!(keys(&store, "fs.open"), 0);
 }
+
+/// A put into a held tree in an ordinary batch (fern-fs: a file's registration in the
+/// transaction creating it) is held by the lease like `put_held`: it goes when the session
+/// ends, so a dead mount's creations-in-progress never pin files forever.
+#[test]
+fn puts_into_a_held_tree_go_with_the_session() {
+    let Some(etcd) = shared_for_tests() else {
+        return;
+    };
+    let cfg = etcd.config(&unique_prefix("held"));
+    let reader = EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect");
+    let writer = EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect");
+    let session = writer.session().expect("session").expect("shared");
+    let (held, plain) = (
+        writer.tree("held").expect("tree"),
+        writer.tree("plain").expect("tree"),
+    );
+    session.hold_tree(held).expect("hold");
+    let mut b = fern_kv::WriteBatch::new();
+    b.put(held, b"k".to_vec(), b"v".to_vec());
+    b.put(plain, b"k".to_vec(), b"v".to_vec());
+    writer.write(b, fern_kv::WriteOptions::SYNC).expect("write");
+    let mut txn = writer.begin().expect("begin");
+    txn.batch().put(held, b"t".to_vec(), Vec::new());
+    txn.commit(fern_kv::WriteOptions::SYNC).expect("commit");
+    let (rh, rp) = (
+        reader.tree("held").expect("tree"),
+        reader.tree("plain").expect("tree"),
+    );
+    assert_eq!(keys(&reader, "held"), 2);
+    drop(writer); // revokes the lease
+    assert_eq!(
+        reader.get(rh, b"k").expect("get"),
+        None,
+        "held put outlived its session"
+    );
+    assert_eq!(keys(&reader, "held"), 0);
+    assert_eq!(reader.get(rp, b"k").expect("get"), Some(b"v".to_vec()));
+}

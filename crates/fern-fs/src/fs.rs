@@ -165,10 +165,12 @@ impl Fs {
         };
         // Asked once: whether other mounts write this store decides which caches exist.
         let shared = match kv.session()? {
-            Some(s) => Some(crate::shared::Shared::new(
-                s.id(),
-                kv.tree(schema::OPEN_TREE)?,
-            )),
+            Some(s) => {
+                let open = kv.tree(schema::OPEN_TREE)?;
+                // Registrations may then ride in ordinary batches (a create's, shared.rs).
+                s.hold_tree(open)?;
+                Some(crate::shared::Shared::new(s.id(), open))
+            }
             None => None,
         };
         let on = shared.is_some();
