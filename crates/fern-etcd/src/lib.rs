@@ -23,6 +23,6 @@ mod session;
 mod store;
 mod txn;
 
-pub use config::{BadUrl, EtcdConfig, Password, TlsFiles};
+pub use config::{BadUrl, EtcdConfig, Password, TlsFiles, SCHEME};
 pub use session::LEASE_TTL;
 pub use store::{EtcdStore, ETCD_LIMITS};

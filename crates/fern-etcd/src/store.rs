@@ -112,6 +112,8 @@ pub struct EtcdStore {
     known: Mutex<BTreeMap<Vec<u8>, Stored>>,
     /// This store's session (its etcd lease), granted on the first `session` call.
     lease: Mutex<Option<Arc<Lease>>>,
+    /// Tags of the trees whose puts are held by the lease (`KvSession::hold_tree`).
+    held: RwLock<Vec<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -195,6 +197,7 @@ impl EtcdStore {
             requests: AtomicU64::new(0),
             known: Mutex::new(BTreeMap::new()),
             lease: Mutex::new(None),
+            held: RwLock::new(Vec::new()),
         };
         let probe = store.ks.all();
         store.call(Resend::Always, |mut kv| {
@@ -493,7 +496,9 @@ impl EtcdStore {
             let plan = plan::plan(batch, &self.ks, &self.registry, &stored)?;
             fits(&plan, reads, &needed)?;
             let compares: Vec<Compare> = reads.iter().chain(&plan.guards).map(compare).collect();
-            let ops: Vec<TxnOp> = plan.ops.iter().map(txn_op).collect();
+            let lease = self.lease_of(&plan.ops)?;
+            let held = lease.as_ref().map(|(tags, id)| (tags.as_slice(), *id));
+            let ops: Vec<TxnOp> = plan.ops.iter().map(|op| txn_op(op, held)).collect();
             // On failure, read back what the upserts need for the next attempt.
             let reread: Vec<TxnOp> = needed.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
             let txn = Txn::new().when(compares).and_then(ops).or_else(reread);
@@ -592,9 +597,14 @@ fn compare(g: &Guard) -> Compare {
     }
 }
 
-fn txn_op(op: &EtcdOp) -> TxnOp {
+/// The Txn op of `op`; `lease`: the puts into held trees (their key, and the lease id).
+fn txn_op(op: &EtcdOp, lease: Option<(&[Vec<u8>], i64)>) -> TxnOp {
     match op {
-        EtcdOp::Put(k, v) => TxnOp::put(k.clone(), v.clone(), None),
+        EtcdOp::Put(k, v) => {
+            let held = lease.filter(|(tags, _)| tags.iter().any(|t| k.starts_with(t)));
+            let opts = held.map(|(_, id)| etcd_client::PutOptions::new().with_lease(id));
+            TxnOp::put(k.clone(), v.clone(), opts)
+        }
         EtcdOp::Delete(k) => TxnOp::delete(k.clone(), None),
         EtcdOp::DeleteRange(EtcdRange { lo, hi }) => TxnOp::delete(
             lo.clone(),
@@ -677,12 +687,21 @@ impl EtcdStore {
     }
 }
 
-impl KvSession for EtcdStore {
-    fn id(&self) -> u64 {
-        self.lease.lock().as_ref().map_or(0, |l| l.id as u64)
+impl EtcdStore {
+    /// The held tags and the live lease id, when some op of `ops` puts into a held tree.
+    fn lease_of(&self, ops: &[EtcdOp]) -> KvResult<Option<(Vec<Vec<u8>>, i64)>> {
+        let held = self.held.read().clone();
+        let any = ops
+            .iter()
+            .any(|op| matches!(op, EtcdOp::Put(k, _) if held.iter().any(|t| k.starts_with(t))));
+        if !any {
+            return Ok(None);
+        }
+        Ok(Some((held, self.live_lease()?.id)))
     }
 
-    fn put_held(&self, tree: TreeId, key: &[u8], value: &[u8]) -> KvResult<()> {
+    /// The session's lease, unless etcd said it expired (then nothing may be put under it).
+    fn live_lease(&self) -> KvResult<Arc<Lease>> {
         let lease = self.lease()?;
         if lease.lost.load(Ordering::Acquire) {
             return Err(KvError::Unavailable(format!(
@@ -691,6 +710,17 @@ impl KvSession for EtcdStore {
                 crate::session::LEASE_TTL
             )));
         }
+        Ok(lease)
+    }
+}
+
+impl KvSession for EtcdStore {
+    fn id(&self) -> u64 {
+        self.lease.lock().as_ref().map_or(0, |l| l.id as u64)
+    }
+
+    fn put_held(&self, tree: TreeId, key: &[u8], value: &[u8]) -> KvResult<()> {
+        let lease = self.live_lease()?;
         let k = self.ks.key(tree, key)?;
         let opts = etcd_client::PutOptions::new().with_lease(lease.id);
         // A put is idempotent, so it may be sent again after any failure.
@@ -698,6 +728,16 @@ impl KvSession for EtcdStore {
             let (k, v, opts) = (k.clone(), value.to_vec(), opts.clone());
             async move { kv.put(k, v, Some(opts)).await }
         })?;
+        Ok(())
+    }
+
+    fn hold_tree(&self, tree: TreeId) -> KvResult<()> {
+        self.live_lease()?;
+        let tag = self.ks.tag(tree)?;
+        let mut held = self.held.write();
+        if !held.contains(&tag) {
+            held.push(tag);
+        }
         Ok(())
     }
 }

@@ -96,6 +96,14 @@ pub struct Fs {
     pub(crate) extent_cache: crate::extent::ExtentCache,
 }
 
+impl Drop for Fs {
+    fn drop(&mut self) {
+        // Handles still open die with this `Fs`; on a shared store their registrations go too
+        // (shared.rs), as the session's would at a crash.
+        self.drop_registrations();
+    }
+}
+
 impl Fs {
     /// Writes a new, empty file system into `kv` (which must have been opened with
     /// [`crate::registry`]). Fails with `Exists` if `kv` already holds one.
@@ -155,10 +163,12 @@ impl Fs {
         };
         // Asked once: whether other mounts write this store decides which caches exist.
         let shared = match kv.session()? {
-            Some(s) => Some(crate::shared::Shared {
-                session: s.id(),
-                open: kv.tree(schema::OPEN_TREE)?,
-            }),
+            Some(s) => {
+                let open = kv.tree(schema::OPEN_TREE)?;
+                // Registrations may then ride in ordinary batches (a create's, shared.rs).
+                s.hold_tree(open)?;
+                Some(crate::shared::Shared::new(s.id(), open))
+            }
             None => None,
         };
         let on = shared.is_some();

@@ -219,16 +219,24 @@ impl Fs {
     /// [`Fs::release`]. Without credentials, writes through the handle keep set-id bits
     /// (for trusted callers); see [`Fs::open_as`].
     pub fn open(&self, ino: InodeId, flags: OpenFlags) -> FsResult<Fh> {
-        self.open_with(ino, flags, None)
+        self.open_with(ino, flags, None, false)
     }
 
     /// [`Fs::open`] on behalf of `cred`: when `cred` is not root, writes and O_TRUNC through
     /// the handle clear the file's set-user-id bit (and set-group-id when group-executable).
     pub fn open_as(&self, cred: &Cred, ino: InodeId, flags: OpenFlags) -> FsResult<Fh> {
-        self.open_with(ino, flags, Some(cred))
+        self.open_with(ino, flags, Some(cred), false)
     }
 
-    fn open_with(&self, ino: InodeId, flags: OpenFlags, cred: Option<&Cred>) -> FsResult<Fh> {
+    /// `registered`: the file was created with this mount's open registration already in the
+    /// creating transaction (shared.rs), so the first open puts none.
+    fn open_with(
+        &self,
+        ino: InodeId,
+        flags: OpenFlags,
+        cred: Option<&Cred>,
+        registered: bool,
+    ) -> FsResult<Fh> {
         let kill_suid = cred.is_some_and(crate::owner::kills_suid);
         let kind = {
             let _g = self.locks.lock(&[ino]);
@@ -243,7 +251,7 @@ impl Fs {
                     k.opens == 1
                 })
                 .unwrap_or(false);
-            if first && kind == FileType::Regular && self.is_shared() {
+            if first && kind == FileType::Regular && self.is_shared() && !registered {
                 // Under the lock, so a concurrent last close here cannot drop it meanwhile.
                 if let Err(e) = self.register_open(ino) {
                     self.inodes.update(ino, |k| k.opens -= 1);
@@ -292,7 +300,7 @@ impl Fs {
             truncate: flags.truncate && !created,
             ..flags
         };
-        let fh = self.open_as(cred, attr.ino, flags)?;
+        let fh = self.open_with(attr.ino, flags, Some(cred), created)?;
         Ok((attr, fh))
     }
 

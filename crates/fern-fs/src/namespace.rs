@@ -84,7 +84,7 @@ impl Fs {
         match FileType::from_mode(mode) {
             Some(FileType::Directory | FileType::Symlink) | None => Err(FsError::Invalid),
             Some(_) => Ok(self
-                .make_node(cred, parent, name, mode, rdev, Vec::new(), true)?
+                .make_node(cred, parent, name, mode, rdev, Vec::new(), true, false)?
                 .0),
         }
     }
@@ -93,7 +93,7 @@ impl Fs {
     pub fn mkdir(&self, cred: &Cred, parent: InodeId, name: &[u8], perm: u32) -> FsResult<Attr> {
         let mode = FileType::Directory.mode_bits() | (perm & 0o7777);
         Ok(self
-            .make_node(cred, parent, name, mode, 0, Vec::new(), true)?
+            .make_node(cred, parent, name, mode, 0, Vec::new(), true, false)?
             .0)
     }
 
@@ -113,7 +113,7 @@ impl Fs {
         }
         let mode = FileType::Symlink.mode_bits() | 0o777;
         Ok(self
-            .make_node(cred, parent, name, mode, 0, target.to_vec(), true)?
+            .make_node(cred, parent, name, mode, 0, target.to_vec(), true, false)?
             .0)
     }
 
@@ -137,7 +137,7 @@ impl Fs {
         exclusive: bool,
     ) -> FsResult<(Attr, bool)> {
         let mode = FileType::Regular.mode_bits() | (perm & 0o7777);
-        self.make_node(cred, parent, name, mode, 0, Vec::new(), exclusive)
+        self.make_node(cred, parent, name, mode, 0, Vec::new(), exclusive, true)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -150,6 +150,7 @@ impl Fs {
         rdev: u64,
         payload: Vec<u8>,
         exclusive: bool,
+        opening: bool,
     ) -> FsResult<(Attr, bool)> {
         validate_name(name)?;
         self.require_dir(parent)?;
@@ -205,6 +206,11 @@ impl Fs {
                 }
             };
             txn.batch().put(self.t.dentry, key.clone(), entry.encode());
+            if opening {
+                // The caller opens it next: its registration commits with the name, so no
+                // unlink elsewhere can come between (no separate put and re-read).
+                self.register_with_create(txn.batch(), id);
+            }
             let delta = StatDelta {
                 mtime: Some(now),
                 ctime: Some(now),

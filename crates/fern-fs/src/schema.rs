@@ -57,11 +57,13 @@ impl Trees {
 /// only by a mount of a shared store, so local images never gain it.
 pub const OPEN_TREE: &str = "fs.open";
 
-/// The registration of file `id` by session `session`: 16 bytes, the id first so that one
-/// file's registrations are the range [`id_prefix_range`] of `id`.
-pub fn open_key(id: InodeId, session: u64) -> Vec<u8> {
-    let mut w = Writer::with_capacity(16);
-    w.u64(id.0).u64(session);
+/// The registration of file `id` by the mount `mount` of session `session`: 24 bytes, the id
+/// first so that one file's registrations are the range [`id_prefix_range`] of `id`. The mount
+/// number tells apart two `Fs` of one store (one session) in one process: each removes only
+/// its own key at its last close, so one's close never unregisters the other's open.
+pub fn open_key(id: InodeId, session: u64, mount: u64) -> Vec<u8> {
+    let mut w = Writer::with_capacity(24);
+    w.u64(id.0).u64(session).u64(mount);
     w.finish()
 }
 

@@ -261,10 +261,11 @@ fn hard_links_share_an_inode() {
     assert_eq!(e.p.stat(b"/g").expect("g").nlink, 1);
     assert_eq!(get(&e, "/g"), b"shared!");
     e.p.unlink(b"/g").expect("unlink last");
+    // On a shared store /d's stat lives in the inode tree too (docs/distributed.md §7 rule 2).
     assert_eq!(
         e.keys_in("fs.data") + e.keys_in("fs.inode"),
-        1,
-        "only the root's record is left"
+        if e.sole() { 1 } else { 2 },
+        "only the root's (and /d's) record is left"
     );
 }
 
@@ -668,8 +669,10 @@ fn readdirplus_is_one_scan_with_attributes() {
     assert!(list.iter().all(|d| d.attr.is_some()));
     let seven = list.iter().find(|d| d.name == b"7").expect("7");
     assert_eq!(seven.attr.expect("attr").size, 7);
-    // Path resolution (1) + one scan (1) + one inode read per hard-linked entry (2).
-    assert!(reads <= 5, "listing with attributes took {reads} reads");
+    // Path resolution (1) + one scan (1) + one inode read per hard-linked entry (2). On a
+    // shared store every entry is linked (its stat in the inode tree): one read each.
+    let bound = if e.sole() { 5 } else { 5 + list.len() };
+    assert!(reads <= bound, "listing with attributes took {reads} reads");
 }
 
 #[test]
@@ -692,9 +695,10 @@ fn writes_and_creates_do_not_read() {
                 .expect("create");
         handles.push(fh);
     }
-    // The first create reserves an id batch (one read); no create reads an entry.
+    // The first create reserves an id batch (one read); no create reads an entry — on a
+    // sole writer, which knows the names of a directory it made.
     assert!(
-        e.store.reads() - before <= 1,
+        !e.sole() || e.store.reads() - before <= 1,
         "creates in a fresh directory read {}",
         e.store.reads() - before
     );
@@ -703,9 +707,10 @@ fn writes_and_creates_do_not_read() {
         e.fs.write(*fh, (i * 1000) as u64, b"small unaligned write")
             .expect("write");
     }
+    // On a shared store each write reads the file's stat (another mount may have changed it).
     assert_eq!(
         e.store.reads() - before,
-        0,
+        if e.sole() { 0 } else { handles.len() },
         "small writes are blind upserts"
     );
     for fh in handles {
@@ -1051,9 +1056,9 @@ fn write_and_truncate_by_non_root_clear_setid() {
     let before = e.store.reads();
     e.fs.write(fh, 0, b"x").expect("write");
     assert_eq!(
-        e.store.reads(),
-        before,
-        "a write that clears set-id bits reads nothing"
+        e.store.reads() - before,
+        usize::from(!e.sole()),
+        "a write that clears set-id bits reads nothing (on a shared store: the stat, as every write)"
     );
     e.fs.release(fh).expect("release");
     assert_eq!(perm("/w"), 0o755);
@@ -1638,9 +1643,7 @@ fn st_blocks_counts_stored_blocks_of_sparse_files() {
 #[test]
 fn small_reads_xattr_checks_and_own_rmdir_neither_read_nor_scan_needlessly() {
     let e = env();
-    let sole = fern_kv::KvStore::session(&*e.store)
-        .expect("session")
-        .is_none();
+    let sole = e.sole();
     let cheap = e.store.inner.point_reads_cheap();
     e.p.mkdir(b"/fresh", 0o755).expect("mkdir");
     let dir = e.p.stat(b"/fresh").expect("stat").ino;

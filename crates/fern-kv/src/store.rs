@@ -144,6 +144,12 @@ pub trait KvSession: Send + Sync {
     /// Puts `key` → `value` in `tree`, held by this session: durable on return, and removed
     /// by the store when the session ends. Removing it earlier is an ordinary delete.
     fn put_held(&self, tree: TreeId, key: &[u8], value: &[u8]) -> KvResult<()>;
+
+    /// From now on every put into `tree` through this handle — in a `write` batch or a
+    /// transaction's commit — is held by this session, as if by [`KvSession::put_held`], so
+    /// a held key can be written atomically with other keys (fern-fs: a file's open
+    /// registration in the transaction that creates it). Fails when the session is lost.
+    fn hold_tree(&self, tree: TreeId) -> KvResult<()>;
 }
 
 /// An optimistic transaction: recorded reads plus a buffered batch. Dropping it without

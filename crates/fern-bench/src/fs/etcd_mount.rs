@@ -10,14 +10,19 @@
 //!   built here). Its `file` storage does not fsync data: durable workloads are not comparable
 //!   one to one.
 //!
-//! It owns the etcd server's lifetime (it outlives the mount: teardown unmounts first); it
-//! must never touch an etcd it did not start.
+//! With `FERN_BENCH_ETCD=HOST:PORT[,HOST:PORT...]` (e.g. the endpoints `scripts/etcd-cluster
+//! start` prints) both systems use that cluster instead, each task under a prefix of its own
+//! (fernfs `bench-fernfs-PID-N`, JuiceFS `bench-jfs-PID-N`), so both systems run on one
+//! cluster; the prefixes are left for `scripts/etcd-cluster stop` to remove.
+//!
+//! It owns the private etcd server's lifetime (it outlives the mount: teardown unmounts
+//! first); it must never touch an etcd it did not start.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fern_etcd::local::LocalEtcd;
+use fern_etcd::local::{unique_prefix, LocalEtcd};
 
 use super::fuse_mount::{mounted_at, FuseMount};
 use super::posix::MountGuard;
@@ -26,9 +31,57 @@ use crate::{BenchError, Result};
 /// How long `juicefs mount` may take to show its mount.
 const JUICE_READY: Duration = Duration::from_secs(60);
 
+/// The environment variable naming an existing cluster for the etcd systems.
+pub const CLUSTER_ENV: &str = "FERN_BENCH_ETCD";
+
+/// Where an etcd system keeps its metadata (and fernfs its data).
+enum Server {
+    /// A private single-member etcd, stopped with the task.
+    Private(LocalEtcd),
+    /// An existing cluster ([`CLUSTER_ENV`]): its endpoints.
+    Cluster(String),
+}
+
+impl Server {
+    fn open() -> Result<Self> {
+        match std::env::var(CLUSTER_ENV) {
+            Ok(e) if !e.trim().is_empty() => Ok(Server::Cluster(e.trim().to_string())),
+            _ => LocalEtcd::start()
+                .map(Server::Private)
+                .map_err(|e| BenchError::Usage(format!("private etcd: {e}"))),
+        }
+    }
+
+    /// The URL of a fresh file system of this task (`what` names the system).
+    fn url(&self, what: &str) -> String {
+        match self {
+            Server::Private(etcd) => etcd.url(what),
+            Server::Cluster(endpoints) => format!(
+                "{}{endpoints}/{}",
+                fern_etcd::SCHEME,
+                unique_prefix(&format!("bench-{what}"))
+            ),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Server::Private(_) => format!(
+                "a private single-member etcd {} with its data in /dev/shm (etcd's fsyncs free)",
+                etcd_version()
+            ),
+            Server::Cluster(e) => format!(
+                "the etcd cluster {e} ({CLUSTER_ENV}; etcd {}), a prefix of this task's own",
+                etcd_version()
+            ),
+        }
+    }
+}
+
 /// Why `system` (an etcd system) cannot run here, if it cannot.
 pub fn etcd_unavailable(system: &str) -> Option<String> {
-    if !LocalEtcd::binary_available() {
+    let cluster = std::env::var(CLUSTER_ENV).is_ok_and(|e| !e.trim().is_empty());
+    if !cluster && !LocalEtcd::binary_available() {
         return Some(format!(
             "{system} skipped: no etcd binary on PATH (apt-get install etcd-server)"
         ));
@@ -50,22 +103,18 @@ fn juicefs_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn start_etcd() -> Result<LocalEtcd> {
-    LocalEtcd::start().map_err(|e| BenchError::Usage(format!("private etcd: {e}")))
-}
-
 /// A mount on a private etcd; unmounted before the server stops.
 pub struct EtcdMount {
     // Field order is drop order: the mount goes before its server.
     mount: Box<dyn MountGuard>,
-    _etcd: LocalEtcd,
+    _etcd: Server,
 }
 
 impl EtcdMount {
     /// `fernfs-etcd` in `dir`: a private etcd, `fernfs mkfs` and `fernfs mount -f` on it.
     pub fn fernfs(exe: &Path, dir: &Path) -> Result<(Self, String)> {
-        let etcd = start_etcd()?;
-        let url = etcd.url("bench");
+        let etcd = Server::open()?;
+        let url = etcd.url("fernfs");
         let m = FuseMount::fernfs_on(
             exe,
             Path::new(&url),
@@ -73,13 +122,12 @@ impl EtcdMount {
             "transport=dev".into(),
         )?;
         let about = format!(
-            "fernfs-etcd: `fernfs mkfs etcd://…/bench` + `fernfs mount etcd://…/bench MP -f` by {} (etcd mount \
-             defaults: 1 s entry/attribute TTLs), daemon on CPUs {}; a private single-member \
-             etcd {} with its data in /dev/shm (etcd's fsyncs free); sync = fsync of the root \
-             directory (every write is already durable in etcd)",
+            "fernfs-etcd: `fernfs mkfs {url}` + `fernfs mount … MP -f` by {} (etcd mount \
+             defaults: 1 s entry/attribute TTLs), daemon on CPUs {}; {}; sync = fsync of the \
+             root directory (every write is already durable in etcd)",
             exe.display(),
             m.daemon_cpus,
-            etcd_version(),
+            etcd.describe(),
         );
         Ok((
             EtcdMount {
@@ -93,7 +141,7 @@ impl EtcdMount {
     /// `juicefs-etcd` in `dir`: a private etcd, `juicefs format --storage file` with its
     /// bucket in `dir`, and `juicefs mount` (foreground, a child of this process).
     pub fn juicefs(dir: &Path) -> Result<(Self, String)> {
-        let etcd = start_etcd()?;
+        let etcd = Server::open()?;
         let meta = etcd.url("jfs");
         let bucket = dir.join("jfs-bucket");
         std::fs::create_dir_all(&bucket)?;
@@ -118,11 +166,10 @@ impl EtcdMount {
         };
         m.mount()?;
         let about = format!(
-            "juicefs-etcd: `juicefs format --storage file` (data files in {}, not fsynced by \
-             JuiceFS) + `juicefs mount etcd://…/jfs MP` (defaults), a private single-member etcd {} \
-             with its data in /dev/shm",
+            "juicefs-etcd: `juicefs format --storage file {meta}` (data files in {}, not \
+             fsynced by JuiceFS) + `juicefs mount … MP` (defaults), {}",
             bucket.display(),
-            etcd_version()
+            etcd.describe()
         );
         Ok((
             EtcdMount {

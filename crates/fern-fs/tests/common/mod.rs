@@ -61,6 +61,13 @@ impl Env {
         Env { store, fs, p }
     }
 
+    /// Whether this mount is its store's only writer (no session: the embedded backends), so
+    /// fern-fs trusts its single-writer caches and the "reads nothing" assertions apply. On a
+    /// shared store (etcd) every such answer is a read (docs/distributed.md §7).
+    pub fn sole(&self) -> bool {
+        KvStore::session(&*self.store).expect("session").is_none()
+    }
+
     /// Number of keys in a tree.
     pub fn keys_in(&self, tree: &str) -> usize {
         let t = self.store.tree(tree).expect("tree");
@@ -189,6 +196,10 @@ impl KvStore for CountingStore {
 
     fn space(&self) -> Option<fern_kv::StoreSpace> {
         self.inner.space()
+    }
+
+    fn session(&self) -> KvResult<Option<&dyn fern_kv::KvSession>> {
+        self.inner.session()
     }
 
     fn point_reads_cheap(&self) -> bool {

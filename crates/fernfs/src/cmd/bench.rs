@@ -177,7 +177,9 @@ pub struct FsArgs {
     pub quick: bool,
     /// Systems (fernfs-lib, fernfs-fuse, null-fuse, ext4, xfs, btrfs, fernfs-etcd,
     /// juicefs-etcd); a system that cannot be mounted here (not root, no mkfs tool, no
-    /// /dev/fuse, no etcd or juicefs binary) is skipped with a message.
+    /// /dev/fuse, no etcd or juicefs binary) is skipped with a message. The etcd systems
+    /// start a private etcd per task, or use the cluster named by FERN_BENCH_ETCD
+    /// (HOST:PORT,...; scripts/etcd-cluster prints it); scripts/build-juicefs builds juicefs.
     #[arg(
         long,
         value_delimiter = ',',
