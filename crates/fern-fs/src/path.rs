@@ -54,16 +54,21 @@ pub struct OpenOptions {
 }
 
 impl OpenOptions {
-    /// Write-only, created if missing (`O_WRONLY | O_CREAT`), with `perm` if created.
-    pub fn create_write(perm: u32) -> Self {
+    /// Write-only (`O_WRONLY`, with `O_CREAT` when `create`), with `perm` if created.
+    pub fn write_only(create: bool, perm: u32) -> Self {
         OpenOptions {
             flags: OpenFlags {
                 write: true,
                 ..OpenFlags::default()
             },
-            create: true,
+            create,
             perm,
         }
+    }
+
+    /// Write-only, created if missing (`O_WRONLY | O_CREAT`), with `perm` if created.
+    pub fn create_write(perm: u32) -> Self {
+        Self::write_only(true, perm)
     }
 
     /// Write-only, a new file that must not exist yet (`O_WRONLY | O_CREAT | O_EXCL`).

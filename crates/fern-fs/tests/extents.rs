@@ -8,20 +8,12 @@ use common::mem_store as open_store;
 
 use fern_fs::path::OpenOptions;
 use fern_fs::schema::{self, Trees};
-use fern_fs::OpenFlags;
 use fern_kv::{KvStore, WriteBatch, WriteOptions};
 
 const MIB: usize = 1 << 20;
 
 fn rw(create: bool) -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create,
-        perm: 0o644,
-    }
+    OpenOptions::write_only(create, 0o644)
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {

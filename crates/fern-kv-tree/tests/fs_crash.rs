@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use fern_fs::path::{File, OpenOptions, PathFs};
 use fern_fs::schema::{self, Trees};
-use fern_fs::{Cred, FileType, Fs, InodeId, MkfsOptions, OpenFlags};
+use fern_fs::{Cred, FileType, Fs, InodeId, MkfsOptions};
 use fern_kv::{Direction, KeyRange};
 use fern_kv_tree::TreeStore;
 use fern_tree::device::CrashDevice;
@@ -397,14 +397,7 @@ fn walk(fs: &Fs, open: &HashSet<u64>) -> Seen {
 }
 
 fn rw(create: bool) -> OpenOptions {
-    OpenOptions {
-        flags: OpenFlags {
-            write: true,
-            ..OpenFlags::default()
-        },
-        create,
-        perm: 0o644,
-    }
+    OpenOptions::write_only(create, 0o644)
 }
 
 fn diff(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> String {
