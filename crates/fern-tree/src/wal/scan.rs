@@ -1,0 +1,303 @@
+//! The log region and the recovery scan: reads and writes inside the circular region, and the
+//! scan that finds the last whole record at open (W1, W4, W6), looking past a bad frame for
+//! proof that it had been durable. docs/format.md, "Write-ahead log", Recovery.
+
+use std::sync::Arc;
+
+use super::record::*;
+use crate::blockfile::BlockLoc;
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::ids::Lsn;
+
+/// Reads and writes inside the log region, wrapping at its end.
+#[derive(Debug, Clone)]
+pub(crate) struct Region {
+    pub dev: Arc<dyn BlockDevice>,
+    pub loc: BlockLoc,
+}
+
+impl Region {
+    pub(super) fn cap(&self) -> u64 {
+        self.loc.len as u64
+    }
+
+    /// Reads `buf.len()` bytes of the log at `lsn`, wrapping; bytes past the device's end (a
+    /// region never written that far) read as zeros.
+    fn read(&self, buf: &mut [u8], lsn: u64) -> Result<()> {
+        let cap = self.cap();
+        let dev_len = self
+            .dev
+            .len()
+            .map_err(|e| Error::io("reading the log region", e))?;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = (lsn + done as u64) % cap;
+            let n = ((cap - at) as usize).min(buf.len() - done);
+            let off = self.loc.offset + at;
+            let part = &mut buf[done..done + n];
+            let avail = dev_len.saturating_sub(off).min(n as u64) as usize;
+            part[avail..].fill(0);
+            if avail > 0 {
+                self.dev
+                    .read_at(&mut part[..avail], off)
+                    .map_err(|e| Error::io(format!("reading the log at LSN {lsn}"), e))?;
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    pub(super) fn write(&self, buf: &[u8], lsn: u64) -> Result<()> {
+        let cap = self.cap();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = (lsn + done as u64) % cap;
+            let n = ((cap - at) as usize).min(buf.len() - done);
+            self.dev
+                .write_at(&buf[done..done + n], self.loc.offset + at)
+                .map_err(|e| Error::io(format!("writing the log at LSN {lsn}"), e))?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// What [`scan`] found after a checkpoint.
+#[derive(Debug)]
+pub(crate) struct Scanned {
+    /// Positions of the whole records, in LSN order. Only positions: recovery reads each
+    /// record again when it applies it ([`read_record`]), so the memory it needs is bounded
+    /// by the node cache, not by the log region (up to 256 MiB of records).
+    pub records: Vec<Lsn>,
+    /// LSN just past the last whole record: where appends continue.
+    pub end: Lsn,
+    /// The highest `synced` field of an accepted frame: every record below it was covered by
+    /// a completed sync (X7).
+    pub synced: Lsn,
+    /// The damage the log was cut at, when the caller allowed a cut (repair).
+    pub cut: Option<LogCut>,
+}
+
+/// A damaged log record that recovery cut at instead of failing (only when asked to:
+/// `Options::cut_damaged_log`), and what that dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogCut {
+    /// LSN of the damaged record: the log now ends here.
+    pub at: Lsn,
+    /// End of the last later frame found: the records in `at..to` were dropped.
+    pub to: Lsn,
+    /// Later records (frames with a verifying header at their own LSN) dropped with it.
+    pub records_dropped: u64,
+    /// Why the record at `at` was rejected, as the refusing open would have said it.
+    pub why: String,
+}
+
+/// What the frames after a rejected record at `bad` say (W4).
+struct Later {
+    /// Frames with a verifying header at their own LSN and an acceptable epoch.
+    frames: u64,
+    /// Of those, frames whose `synced` field is past `bad`, and the first of them.
+    proofs: u64,
+    first_proof: Option<Lsn>,
+    /// End of the last such frame.
+    end: u64,
+}
+
+/// Bytes read at a time while searching for the magic.
+const SEARCH_CHUNK: usize = 1 << 20;
+
+/// LSN of the next occurrence of the record magic at or after `from` and before `limit`.
+fn next_magic(region: &Region, from: u64, limit: u64) -> Result<Option<u64>> {
+    let mut buf = vec![0u8; SEARCH_CHUNK];
+    let mut at = from;
+    while at + RECORD_MAGIC.len() as u64 <= limit {
+        let n = ((limit - at) as usize).min(SEARCH_CHUNK);
+        region.read(&mut buf[..n], at)?;
+        let chunk = &buf[..n];
+        let mut i = 0;
+        while let Some(j) = chunk[i..].iter().position(|&b| b == RECORD_MAGIC[0]) {
+            let k = i + j;
+            if k + RECORD_MAGIC.len() > n {
+                break; // may straddle the chunk: the next chunk starts here
+            }
+            if chunk[k..k + RECORD_MAGIC.len()] == RECORD_MAGIC {
+                return Ok(Some(at + k as u64));
+            }
+            i = k + 1;
+        }
+        if n < RECORD_MAGIC.len() {
+            break;
+        }
+        // Overlap by the magic's length less one so a magic across chunks is found.
+        at += (n - (RECORD_MAGIC.len() - 1)) as u64;
+    }
+    Ok(None)
+}
+
+/// Looks at every frame after the rejected record at `bad` up to `limit` (one lap past the
+/// checkpoint): follows the chain from `from`, and where it breaks searches for the magic (W4).
+fn later_frames(region: &Region, bad: u64, from: u64, limit: u64, epoch: u32) -> Result<Later> {
+    let mut later = Later {
+        frames: 0,
+        proofs: 0,
+        first_proof: None,
+        end: bad,
+    };
+    let mut pos = from;
+    let mut hb = [0u8; FRAME_HEADER_LEN];
+    while pos + FRAME_HEADER_LEN as u64 <= limit {
+        region.read(&mut hb, pos)?;
+        let candidate = decode_frame_header(&hb, Lsn(pos))
+            .filter(|h| h.epoch >= epoch && pos + FRAME_HEADER_LEN as u64 + h.len as u64 <= limit);
+        match candidate {
+            Some(h) => {
+                later.frames += 1;
+                if h.synced.0 > bad {
+                    later.proofs += 1;
+                    later.first_proof.get_or_insert(Lsn(pos));
+                }
+                pos += FRAME_HEADER_LEN as u64 + h.len as u64;
+                later.end = pos;
+            }
+            None => match next_magic(region, pos + 1, limit)? {
+                Some(p) => pos = p,
+                None => break,
+            },
+        }
+    }
+    Ok(later)
+}
+
+/// Scans the log from `start` (a checkpoint's LSN), records of epoch at least `min_epoch`
+/// (W6), up to the last whole record; a rejected record that later frames prove durable is an
+/// error, or with `cut_damage` the end of the log (W4).
+pub(crate) fn scan(
+    region: &Region,
+    start: Lsn,
+    min_epoch: u32,
+    cut_damage: bool,
+) -> Result<Scanned> {
+    let mut pos = start.0;
+    let mut epoch = min_epoch;
+    let mut records = Vec::new();
+    let mut synced = start;
+    let limit = start.0 + region.cap(); // a full lap: nothing beyond it can be newer
+                                        // Why the record at `pos` was rejected, and where the frames after it start.
+    let (why, resume, expected, actual) = loop {
+        if pos >= limit {
+            return Ok(Scanned {
+                records,
+                end: Lsn(pos),
+                synced,
+                cut: None,
+            });
+        }
+        let what = format!("log record at LSN {pos}");
+        match read_frame(region, pos)? {
+            Frame::Whole(h, payload) if h.epoch >= epoch => {
+                // Decoded to validate it, then dropped. A record whose crc verifies but which
+                // does not decode was written so (a bug, or a newer format): never a torn
+                // tail, so the open fails here, before anything is applied.
+                decode_record(&payload, &what)?;
+                records.push(Lsn(pos));
+                synced = synced.max(h.synced);
+                epoch = h.epoch;
+                pos += FRAME_HEADER_LEN as u64 + h.len as u64;
+            }
+            // An older epoch: stale bytes of a cut tail (W6), or damage to a newer record's
+            // epoch field that its header crc did not catch (impossible short of a crc
+            // collision); either way the frames after it decide.
+            Frame::Whole(h, _) => {
+                let next = pos + FRAME_HEADER_LEN as u64 + h.len as u64;
+                break (format!("epoch {} below {epoch}", h.epoch), next, 0, 0);
+            }
+            Frame::BadPayload(h, actual) => {
+                let next = pos + FRAME_HEADER_LEN as u64 + h.len as u64;
+                break (
+                    "payload checksum mismatch".to_string(),
+                    next,
+                    h.payload_crc,
+                    actual,
+                );
+            }
+            Frame::Nothing => break ("no valid frame header".to_string(), pos + 1, 0, 0),
+        }
+    };
+    let later = later_frames(region, pos, resume.min(limit), limit, epoch)?;
+    if later.proofs == 0 {
+        // A torn or never-completed tail: the log ends here.
+        return Ok(Scanned {
+            records,
+            end: Lsn(pos),
+            synced,
+            cut: None,
+        });
+    }
+    if cut_damage {
+        return Ok(Scanned {
+            records,
+            end: Lsn(pos),
+            synced,
+            cut: Some(LogCut {
+                at: Lsn(pos),
+                to: Lsn(later.end),
+                records_dropped: later.frames,
+                why,
+            }),
+        });
+    }
+    Err(Error::Checksum {
+        what: format!(
+            "log record at LSN {pos} ({why}; it had been made durable: {} later records up to              LSN {} follow it, {} of them written after a sync that covered it, the first at              LSN {}); `fernfs fsck --repair` (or Options::cut_damaged_log) cuts the log there",
+            later.frames,
+            later.end,
+            later.proofs,
+            later.first_proof.map_or(0, |l| l.0),
+        ),
+        expected,
+        actual,
+    })
+}
+
+/// What was found at a log position.
+enum Frame {
+    /// A whole record: header and payload verify (W1).
+    Whole(FrameHeader, Vec<u8>),
+    /// The header verifies but the payload does not (its actual crc).
+    BadPayload(FrameHeader, u32),
+    /// No valid header for this position.
+    Nothing,
+}
+
+/// Reads the frame at `lsn`.
+fn read_frame(region: &Region, lsn: u64) -> Result<Frame> {
+    let mut hb = [0u8; FRAME_HEADER_LEN];
+    region.read(&mut hb, lsn)?;
+    let Some(h) = decode_frame_header(&hb, Lsn(lsn)) else {
+        return Ok(Frame::Nothing);
+    };
+    if FRAME_HEADER_LEN as u64 + h.len as u64 > region.cap() {
+        return Ok(Frame::Nothing);
+    }
+    let mut payload = vec![0u8; h.len as usize];
+    region.read(&mut payload, lsn + FRAME_HEADER_LEN as u64)?;
+    let crc = crc32c::crc32c(&payload);
+    if crc != h.payload_crc {
+        return Ok(Frame::BadPayload(h, crc));
+    }
+    Ok(Frame::Whole(h, payload))
+}
+
+/// Reads and decodes the record [`scan`] found whole at `lsn`.
+pub(crate) fn read_record(region: &Region, lsn: Lsn) -> Result<LogRecord> {
+    let what = format!("log record at LSN {lsn}");
+    match read_frame(region, lsn.0)? {
+        Frame::Whole(_, payload) => decode_record(&payload, &what),
+        // Nothing writes the log between the scan and the replay of an open.
+        _ => Err(Error::corrupt(
+            what,
+            "changed between the scan and the replay",
+        )),
+    }
+}
