@@ -136,6 +136,20 @@ fn root_flushes_run_on_the_drain_thread() {
     for h in writers {
         h.join().unwrap();
     }
+    // On a loaded machine the drain thread may not have been scheduled while the writers ran
+    // (a writer that finds the root over twice its size flushes inline). Keep writing, with
+    // pauses the drain can use, until it has drained (bounded: the assertion below reports it).
+    let mut extra = 2 * PER_WRITER;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while env.stats().work.drained_flushes == 0 && std::time::Instant::now() < deadline {
+        let mut b = WriteBatch::new();
+        for k in extra..extra + 50 {
+            b.insert(&t, &key(k), &value(k, 1));
+        }
+        env.write(b).unwrap();
+        extra += 50;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let work = env.stats().work;
     let flushes = work.leaf_flushes + work.internal_flushes;
     assert!(flushes > 0, "nothing was flushed");
@@ -148,7 +162,7 @@ fn root_flushes_run_on_the_drain_thread() {
     env.close().unwrap();
     let env = Env::open_on(dev, opts()).unwrap();
     let t = env.tree("t").unwrap();
-    for k in 0..2 * PER_WRITER {
+    for k in 0..extra {
         let v = t.get(&key(k)).unwrap().expect("a written row is missing");
         assert_eq!(&v[..8], &k.to_le_bytes());
     }
