@@ -1,7 +1,7 @@
-//! fern-fs's `tests/posix.rs`, unchanged, on the etcd backend.
+//! fern-fs's `tests/posix/`, unchanged, on the etcd backend.
 
 mod fs_common;
 use fs_common::open_store;
 
-#[path = "../../fern-fs/tests/posix.rs"]
+#[path = "../../fern-fs/tests/posix/main.rs"]
 mod posix;

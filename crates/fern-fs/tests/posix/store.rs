@@ -1,0 +1,204 @@
+//! The store beneath: mkfs and mount, remount, corrupt values, statfs, a full store, errno mapping.
+
+use super::*;
+
+#[test]
+fn remount_keeps_everything_and_512_byte_blocks_work() {
+    let e = common::env_with(fern_fs::MkfsOptions {
+        block_size: 512,
+        ..Default::default()
+    });
+    e.p.mkdir(b"/d", 0o700).expect("mkdir");
+    put(
+        &e,
+        "/d/f",
+        &(0..3000u32).map(|i| i as u8).collect::<Vec<_>>(),
+    );
+    e.p.link(b"/d/f", b"/h").expect("link");
+    e.p.symlink(b"/d/f", b"/s").expect("symlink");
+    e.p.setxattr(b"/h", b"user.k", b"v", 0).expect("setxattr");
+    assert_eq!(e.keys_in("fs.data"), 6, "3000 bytes in 512-byte blocks");
+    let e = e.remount();
+    assert_eq!(e.fs.block_size(), 512);
+    assert_eq!(
+        get(&e, "/s"),
+        (0..3000u32).map(|i| i as u8).collect::<Vec<_>>()
+    );
+    assert_eq!(e.p.stat(b"/h").expect("stat").nlink, 2);
+    assert_eq!(e.p.getxattr(b"/d/f", b"user.k").expect("xattr"), b"v");
+    assert_eq!(e.p.stat(b"/d").expect("stat").perm, 0o700);
+    put(&e, "/after", b"ids are not reused");
+    assert_ne!(
+        e.p.stat(b"/after").expect("stat").ino,
+        e.p.stat(b"/h").expect("stat").ino
+    );
+}
+
+#[test]
+fn mkfs_and_mount_validate() {
+    let store = std::sync::Arc::new(fern_kv::mem::MemStore::new(fern_fs::registry()));
+    let bad = fern_fs::MkfsOptions {
+        block_size: 1000,
+        ..Default::default()
+    };
+    assert_eq!(err(fern_fs::Fs::mkfs(&*store, bad)), libc::EINVAL);
+    assert!(matches!(
+        fern_fs::Fs::mount(store.clone()),
+        Err(FsError::NotFormatted(_))
+    ));
+    fern_fs::Fs::mkfs(&*store, Default::default()).expect("mkfs");
+    assert_eq!(
+        err(fern_fs::Fs::mkfs(&*store, Default::default())),
+        libc::EEXIST
+    );
+}
+
+#[test]
+fn corrupt_values_are_errors_not_panics() {
+    let e = env();
+    put(&e, "/f", b"x");
+    let t = fern_kv::KvStore::tree(&*e.store, "fs.dentry").expect("tree");
+    let mut b = fern_kv::WriteBatch::new();
+    b.put(
+        t,
+        fern_fs::schema::named_key(fern_fs::InodeId::ROOT, b"f"),
+        vec![1, 2, 3],
+    );
+    b.put(
+        t,
+        fern_fs::schema::named_key(fern_fs::InodeId::ROOT, b"g"),
+        vec![9; 100],
+    );
+    fern_kv::KvStore::write(&*e.store, b, fern_kv::WriteOptions::NO_SYNC).expect("corrupt");
+    assert_eq!(err(e.p.stat(b"/f")), libc::EIO);
+    assert_eq!(err(e.p.stat(b"/g")), libc::EIO);
+    assert_eq!(err(e.p.read_dir(b"/")), libc::EIO);
+}
+
+#[test]
+fn statfs_and_sync() {
+    let e = env();
+    let s = e.fs.statfs().expect("statfs");
+    assert_eq!((s.bsize, s.namelen), (4096, 255));
+    put(&e, "/f", b"x");
+    let f = e.p.open(b"/f", rw()).expect("open");
+    e.p.fsync(&f).expect("fsync");
+    e.fs.fsync(f.ino(), true).expect("fdatasync");
+    e.fs.syncfs().expect("syncfs");
+    e.p.close(f).expect("close");
+    assert!(e.fs.statfs().expect("statfs").files > s.files - 1);
+}
+
+#[test]
+fn errno_mapping_is_posix() {
+    assert_eq!(FsError::NotFound.errno(), libc::ENOENT);
+    assert_eq!(FsError::NameTooLong.errno(), libc::ENAMETOOLONG);
+    assert_eq!(FsError::XDev.errno(), libc::EXDEV);
+    assert_eq!(
+        FsError::Kv(fern_kv::KvError::Conflict).errno(),
+        libc::EAGAIN
+    );
+    assert_eq!(FsError::corrupt("x").errno(), libc::EIO);
+}
+
+/// A store whose media fills up on demand: writes fail as fern-kv-tree reports the engine's
+/// `NoSpace` (`KvError::Io` of kind `StorageFull`).
+struct FullStore {
+    inner: Box<dyn fern_kv::KvStore>,
+    full: std::sync::atomic::AtomicBool,
+}
+
+impl fern_kv::KvRead for FullStore {
+    fn get(&self, t: fern_kv::TreeId, k: &[u8]) -> fern_kv::KvResult<Option<Vec<u8>>> {
+        self.inner.get(t, k)
+    }
+    fn scan(
+        &self,
+        t: fern_kv::TreeId,
+        r: &fern_kv::KeyRange,
+        d: fern_kv::Direction,
+        limit: usize,
+    ) -> fern_kv::KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan(t, r, d, limit)
+    }
+    fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> fern_kv::KvResult<()> {
+        self.inner.read_extent(r, buf)
+    }
+}
+
+impl fern_kv::KvStore for FullStore {
+    fn tree(&self, name: &str) -> fern_kv::KvResult<fern_kv::TreeId> {
+        self.inner.tree(name)
+    }
+    fn write(&self, b: fern_kv::WriteBatch, o: fern_kv::WriteOptions) -> fern_kv::KvResult<()> {
+        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(fern_kv::KvError::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "device full",
+            )));
+        }
+        self.inner.write(b, o)
+    }
+    fn begin(&self) -> fern_kv::KvResult<Box<dyn fern_kv::KvTxn + '_>> {
+        self.inner.begin()
+    }
+    fn sync(&self) -> fern_kv::KvResult<()> {
+        self.inner.sync()
+    }
+    fn limits(&self) -> fern_kv::Limits {
+        self.inner.limits()
+    }
+}
+
+#[test]
+fn storage_full_is_enospc() {
+    let store = std::sync::Arc::new(FullStore {
+        inner: crate::open_store(fern_fs::registry(), fern_kv::Limits::EMBEDDED),
+        full: std::sync::atomic::AtomicBool::new(false),
+    });
+    fern_fs::Fs::mkfs(&*store, fern_fs::MkfsOptions::default()).expect("mkfs");
+    let fs = std::sync::Arc::new(fern_fs::Fs::mount(store.clone()).expect("mount"));
+    let p = fern_fs::path::PathFs::new(fs, fern_fs::Cred::root());
+    let f = p.open(b"/f", rw()).expect("create");
+    store.full.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(err(p.write_at(&f, 0, b"data")), libc::ENOSPC);
+    assert_eq!(err(p.ftruncate(&f, 100)), libc::ENOSPC);
+    store.full.store(false, std::sync::atomic::Ordering::SeqCst);
+    p.write_at(&f, 0, b"data").expect("space again");
+    p.close(f).expect("close");
+    let io = |kind| FsError::Kv(fern_kv::KvError::Io(std::io::Error::from(kind))).errno();
+    assert_eq!(io(std::io::ErrorKind::StorageFull), libc::ENOSPC);
+    assert_eq!(io(std::io::ErrorKind::InvalidData), libc::EIO);
+}
+
+#[test]
+fn statfs_counts_inodes_and_store_space() {
+    let e = env();
+    let used = |s: &fern_fs::StatFs| s.files.checked_sub(s.ffree).expect("ffree <= files");
+    let s0 = e.fs.statfs().expect("statfs");
+    assert_eq!(used(&s0), 1, "a new file system holds the root only");
+    for i in 0..10 {
+        put(&e, &format!("/f{i}"), &[7u8; 5000]);
+    }
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    let s1 = e.fs.statfs().expect("statfs");
+    assert_eq!(
+        used(&s1),
+        12,
+        "one inode per create, not the reserved id batch"
+    );
+    e.fs.syncfs().expect("sync");
+    let s2 = e.fs.statfs().expect("statfs");
+    // Available excludes the store's reserve for checkpoints and deletes (format.md B11).
+    assert!(s2.bfree <= s2.blocks && s2.bavail <= s2.bfree);
+    match fern_kv::KvStore::space_used(&*e.store) {
+        // The figure is the store's own, rounded up to blocks.
+        Some(bytes) => {
+            assert!(bytes > 0);
+            let used_blocks = s2.blocks - s2.bfree;
+            let bs = u64::from(s2.bsize);
+            assert!(used_blocks > 0 && used_blocks.abs_diff(bytes.div_ceil(bs)) <= 64 << 20 >> 12);
+        }
+        None => assert_eq!(s2.bfree, s2.blocks, "unknown space: nothing reported used"),
+    }
+}
