@@ -70,8 +70,10 @@ fn one_session_holds_a_part_and_the_others_guarded_reads_fail() {
         Some(&b"1"[..])
     );
     assert_eq!(b.requests() - before, 1, "a guarded read is one round trip");
-    // D1.
+    // D1. Taking and releasing are one Txn each.
+    let before = a.requests();
     let g = da.take(&*a, b"d").expect("take").expect("nobody held it");
+    assert_eq!(a.requests() - before, 1, "take is one round trip");
     assert_eq!(
         db.take(&*b, b"d").expect("take"),
         None,
@@ -82,7 +84,7 @@ fn one_session_holds_a_part_and_the_others_guarded_reads_fail() {
         Err(KvError::GuardFailed { key, .. }) => assert_eq!(key, b"d"),
         other => panic!("B's read of a delegated part must fail its guard, got {other:?}"),
     }
-    // B's guarded transaction too, in one round trip for the commit.
+    // B's guarded transaction too (its guard is a compare of the commit, not a read).
     let mut txn = b.begin().expect("begin");
     txn.guard(&db.free(b"d")).expect("a compare, no read");
     txn.batch().put(t, b"d/y".to_vec(), b"B".to_vec());
@@ -94,7 +96,9 @@ fn one_session_holds_a_part_and_the_others_guarded_reads_fail() {
     // Another part is not affected.
     assert!(db.take(&*b, b"e").expect("take").is_some());
     // Released: free again, B may take it.
+    let before = a.requests();
     assert!(da.release(&*a, &g).expect("release"));
+    assert_eq!(a.requests() - before, 1, "release is one round trip");
     assert!(b.get_guarded(&[db.free(b"d")], t, b"d/x").is_ok());
     assert!(db.take(&*b, b"d").expect("take").is_some());
 }
@@ -319,5 +323,64 @@ fn child_holder(arg: &str) {
     for i in 0u64.. {
         buffer.put(t, format!("d/buffered{i}").into_bytes(), b"x".to_vec());
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The holder's watch of revocation requests outlives the members it talks to: each member
+/// of a 3-member cluster in turn is killed with SIGKILL and restarted, so whichever carries
+/// the watch stream dies at least once; a put made while it is down and one made after each
+/// restart are both heard (the stream resumes after its last event: docs/design.md §7.2).
+#[test]
+fn a_watch_resumes_across_member_kills_without_missing_a_put() {
+    if shared_for_tests().is_none() {
+        return;
+    }
+    let mut etcd = fern_etcd::local::LocalEtcd::start_cluster(3).expect("3 members");
+    let mut cfg = etcd.config("watchkill");
+    cfg.timeout = Duration::from_secs(3);
+    let a = EtcdStore::connect(&cfg, fern_kv::UpdateRegistry::new()).expect("connect a");
+    let b = EtcdStore::connect(&cfg, fern_kv::UpdateRegistry::new()).expect("connect b");
+    let (ra, rb) = (a.tree("r").expect("tree"), b.tree("r").expect("tree"));
+    let heard = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    {
+        let heard = heard.clone();
+        session(&a)
+            .watch_puts(ra, Box::new(move |k| heard.lock().unwrap().push(k)))
+            .expect("watch");
+    }
+    let put = |k: String| {
+        let start = Instant::now();
+        loop {
+            let mut w = WriteBatch::new();
+            w.put(rb, k.clone().into_bytes(), Vec::new());
+            match b.write(w, WriteOptions::SYNC) {
+                Ok(()) => return,
+                Err(e) => assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "no write of {k} in 30 s: {e}"
+                ),
+            }
+        }
+    };
+    let wait_heard = |k: &str| {
+        let start = Instant::now();
+        while !heard.lock().unwrap().iter().any(|h| h == k.as_bytes()) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{k} not heard 20 s after it was put; heard {:?}",
+                heard.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    put("before".into());
+    wait_heard("before");
+    for i in 0..3 {
+        etcd.kill_member(i).expect("kill -9");
+        put(format!("down{i}"));
+        etcd.restart_member(i).expect("restart");
+        put(format!("up{i}"));
+        wait_heard(&format!("down{i}"));
+        wait_heard(&format!("up{i}"));
     }
 }

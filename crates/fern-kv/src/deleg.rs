@@ -36,9 +36,12 @@ pub struct Delegations {
     /// Revocation requests: `len(D):u16 ‖ D ‖ requester session id:u64` → empty.
     revoke: TreeId,
     session: u64,
-    /// Grants made by this session (the second half of a token, D2).
-    grants: AtomicU64,
 }
+
+/// Grants made in this process (the second half of a token, D2). One counter for the process,
+/// not one per [`Delegations`]: two `Delegations` of one store share a session, and their
+/// tokens must still differ.
+static GRANTS: AtomicU64 = AtomicU64::new(0);
 
 /// A delegation this session holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,13 +69,12 @@ impl Delegations {
             deleg,
             revoke,
             session: session.id(),
-            grants: AtomicU64::new(0),
         })
     }
 
     /// Takes the delegation of `key` (D1): `Some` if nobody held it, `None` if someone does.
     pub fn take(&self, store: &dyn KvStore, key: &[u8]) -> KvResult<Option<Grant>> {
-        let n = self.grants.fetch_add(1, Ordering::Relaxed);
+        let n = GRANTS.fetch_add(1, Ordering::Relaxed);
         let mut token = self.session.to_be_bytes().to_vec();
         token.extend_from_slice(&n.to_be_bytes());
         let guard = self.free(key);
