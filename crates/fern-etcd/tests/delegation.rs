@@ -166,9 +166,57 @@ fn a_revocation_makes_the_holder_flush_before_it_releases() {
         )
         .expect("scan");
     assert!(reqs.is_empty(), "requests left: {reqs:?}");
+    let before = b.requests();
     assert!(db
         .revoke(&*b, session(&b), b"d", Duration::ZERO)
         .expect("revoke"));
+    assert_eq!(b.requests() - before, 1, "revoking a free part is one read");
+}
+
+/// A request put before the holder watches is heard: the watch starts with a listing.
+#[test]
+fn a_request_made_before_the_holder_watches_is_heard() {
+    let Some((_, a, b)) = pair("deleg5") else {
+        return;
+    };
+    let (da, db) = (Arc::new(deleg(&a)), deleg(&b));
+    let g = da.take(&*a, b"d").expect("take").expect("free");
+    let revoker = {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            db.revoke(&*b, session(&b), b"d", Duration::from_secs(8))
+                .expect("revoke")
+        })
+    };
+    // Let B's request land before A watches.
+    let r = a.tree(REVOKE).expect("tree");
+    let start = Instant::now();
+    while a
+        .scan(r, &fern_kv::KeyRange::all(), fern_kv::Direction::Forward, 1)
+        .expect("scan")
+        .is_empty()
+    {
+        assert!(start.elapsed() < Duration::from_secs(5), "no request");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let held = Arc::new(Mutex::new(Some(g)));
+    {
+        let (a2, da2, held) = (a.clone(), da.clone(), held.clone());
+        da.watch(
+            session(&a),
+            Box::new(move |part| {
+                if let Some(g) = held.lock().unwrap().take_if(|g| g.key == part) {
+                    assert!(da2.release(&*a2, &g).expect("release"));
+                }
+            }),
+        )
+        .expect("watch");
+    }
+    assert!(
+        revoker.join().expect("revoker"),
+        "released after the listing"
+    );
+    assert!(held.lock().unwrap().is_none());
 }
 
 #[test]
