@@ -304,6 +304,7 @@ fn a_killed_holders_flushed_batch_stays_its_buffer_is_lost_and_its_grant_expires
         .expect("spawn the holder");
     // The child prints FLUSHED once its fsync-like flushes returned.
     let mut out = child.stdout.take().expect("stdout");
+    let mut child = KillOnDrop(child);
     let mut seen = String::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !seen.contains(FLUSHED) {
@@ -313,8 +314,8 @@ fn a_killed_holders_flushed_batch_stays_its_buffer_is_lost_and_its_grant_expires
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     // SIGKILL mid-batch: the child is writing its second batch into its buffer.
-    child.kill().expect("kill -9");
-    child.wait().expect("reap");
+    child.0.kill().expect("kill -9");
+    child.0.wait().expect("reap");
     let b = EtcdStore::connect(&cfg, fern_kv::UpdateRegistry::new()).expect("connect");
     let db = deleg(&b);
     let t = b.tree("t").expect("tree");
@@ -349,6 +350,16 @@ fn a_killed_holders_flushed_batch_stays_its_buffer_is_lost_and_its_grant_expires
     );
 }
 
+/// Kills the child if the test panics before it does.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The holder: takes `d`, flushes 100 entries (as fsync would), says so, then buffers more
 /// forever without flushing until it is killed.
 fn child_holder(arg: &str) {
@@ -368,7 +379,8 @@ fn child_holder(arg: &str) {
     }
     println!("{FLUSHED}");
     let mut buffer = WriteBatch::new();
-    for i in 0u64.. {
+    // Bounded, so a child whose parent died before killing it still ends.
+    for i in 0u64..60_000 {
         buffer.put(t, format!("d/buffered{i}").into_bytes(), b"x".to_vec());
         std::thread::sleep(Duration::from_millis(1));
     }
