@@ -10,18 +10,23 @@
 //!   `etcd://[USER@]HOST:PORT[,…]/PREFIX` and the client configuration file.
 //! * `session`: held keys — the store's etcd lease, kept alive while the store lives
 //!   (`KvStore::session`; fern-fs's open-file registrations).
+//! * `guarded`: fern-kv key guards as compares in the same Txn as the read or commit.
+//! * `watch`: `KvSession::watch_puts` / `wait_absent` (the delegation protocol's watches,
+//!   docs/design.md §7.2).
 //! * [`local`]: a private etcd on loopback for tests and scripts.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod config;
 mod error;
+mod guarded;
 pub mod keys;
 pub mod local;
 pub mod plan;
 mod session;
 mod store;
 mod txn;
+mod watch;
 
 pub use config::{BadUrl, EtcdConfig, Password, TlsFiles, SCHEME};
 pub use session::LEASE_TTL;

@@ -31,6 +31,13 @@ pub enum Guard {
         /// The revision seen.
         mod_revision: i64,
     },
+    /// The key holds exactly `value` (`None`: absent) — a [`fern_kv::KeyGuard`].
+    Value {
+        /// etcd key.
+        key: Vec<u8>,
+        /// The value it must hold.
+        value: Option<Vec<u8>>,
+    },
     /// Every key of `range` has `mod_revision < below` (no key created or changed since).
     Range {
         /// etcd range.
@@ -72,6 +79,7 @@ impl Plan {
         };
         let guard = |g: &Guard| match g {
             Guard::Key { key, .. } => key.len(),
+            Guard::Value { key, value } => key.len() + value.as_ref().map_or(0, Vec::len),
             Guard::Range { range, .. } => range.lo.len() + range.hi.len(),
         };
         64 + self.ops.iter().map(|o| op(o) + PER_ITEM).sum::<usize>()

@@ -21,8 +21,8 @@ use etcd_client::{
 };
 use fern_kv::occ::covered;
 use fern_kv::{
-    Backoff, Direction, KeyRange, KvError, KvRead, KvResult, KvSession, KvStore, KvTxn, Limits,
-    RetryPolicy, TreeId, UpdateRegistry, WriteBatch, WriteOptions,
+    Backoff, Direction, KeyGuard, KeyRange, KvError, KvRead, KvResult, KvSession, KvStore, KvTxn,
+    Limits, RetryPolicy, TreeId, UpdateRegistry, WriteBatch, WriteOptions,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -62,7 +62,7 @@ const UPSERT_RETRY: RetryPolicy = RetryPolicy {
 const RESEND_PAUSE: Duration = Duration::from_millis(50);
 /// Which failures allow sending a call again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Resend {
+pub(crate) enum Resend {
     /// Reads and read-only Txns: any failure to reach the cluster.
     Always,
     /// Writes: only a failure before the request left this machine.
@@ -239,11 +239,21 @@ impl EtcdStore {
         &self.ks
     }
 
+    /// The current connection (a clone: cheap, and no lock held while it is used).
+    pub(crate) fn client(&self) -> Client {
+        self.client.read().clone()
+    }
+
+    /// The runtime the store's calls and tasks run on.
+    pub(crate) fn rt(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
     /// Runs one etcd call under the deadline. Within the deadline the call is sent again
     /// after a failure that `resend` allows: a read after any failure to reach the cluster (a
     /// member that died is still in the client's endpoint list), a write only when it never
     /// left this machine (resending one that may have reached etcd could apply it twice).
-    fn call<T, F, Fut>(&self, resend: Resend, f: F) -> Result<T, Failure>
+    pub(crate) fn call<T, F, Fut>(&self, resend: Resend, f: F) -> Result<T, Failure>
     where
         F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -289,23 +299,21 @@ impl EtcdStore {
         }
     }
 
-    /// Reads `key` of `tree` at `revision` (latest when `None`).
+    /// Reads `key` of `tree` at `revision` (latest when `None`), if every guard holds then
+    /// (`guards` only with `revision == None`).
     pub(crate) fn get_at(
         &self,
         tree: TreeId,
         key: &[u8],
         revision: Option<i64>,
+        guards: &[KeyGuard],
     ) -> Result<Point, Failure> {
         let k = self.ks.key(tree, key).map_err(Failure::Kv)?;
         let mut opts = GetOptions::new();
         if let Some(rev) = revision {
             opts = opts.with_revision(rev);
         }
-        let resp = self.call(Resend::Always, |mut kv| {
-            let (k, opts) = (k.clone(), opts.clone());
-            async move { kv.get(k, Some(opts)).await }
-        })?;
-        let revision = resp.header().map_or(0, |h| h.revision());
+        let (resp, revision) = self.range(guards, &k, &opts)?;
         Ok(match resp.kvs().first() {
             Some(kv) => Point {
                 value: Some(kv.value().to_vec()),
@@ -321,7 +329,8 @@ impl EtcdStore {
     }
 
     /// Up to `limit` pairs of `range`, in pages, every page at the first page's revision (or
-    /// at `revision` when given).
+    /// at `revision` when given); the first page only if every guard holds when it is read
+    /// (`guards` only with `revision == None`).
     pub(crate) fn scan_at(
         &self,
         tree: TreeId,
@@ -329,6 +338,7 @@ impl EtcdStore {
         dir: Direction,
         limit: usize,
         revision: Option<i64>,
+        guards: &[KeyGuard],
     ) -> Result<Scanned, Failure> {
         let tag_len = self.ks.tag(tree).map_err(Failure::Kv)?.len();
         let mut out = Scanned {
@@ -338,6 +348,10 @@ impl EtcdStore {
         };
         let r = self.ks.range(tree, range).map_err(Failure::Kv)?;
         if limit == 0 || range.is_empty() || r.is_empty() {
+            // No page is read, so no page checks the guards: a read of a guarded key does.
+            if let Some(g) = guards.first() {
+                self.get_at(g.tree, &g.key, None, guards)?;
+            }
             return Ok(out);
         }
         let (mut lo, mut hi) = (r.lo, r.hi);
@@ -352,14 +366,10 @@ impl EtcdStore {
             if dir == Direction::Reverse {
                 opts = opts.with_sort(SortTarget::Key, SortOrder::Descend);
             }
-            let from = lo.clone();
-            let resp = self.call(Resend::Always, |mut kv| {
-                let (from, opts) = (from.clone(), opts.clone());
-                async move { kv.get(from, Some(opts)).await }
-            })?;
-            if out.revision.is_none() {
-                out.revision = resp.header().map(|h| h.revision());
-            }
+            // Later pages are at the first page's revision: the guards held for them too.
+            let page_guards = if out.revision.is_none() { guards } else { &[] };
+            let (resp, rev) = self.range(page_guards, &lo, &opts)?;
+            out.revision.get_or_insert(rev);
             let kvs = resp.kvs();
             let mut last = None;
             for kv in kvs {
@@ -389,7 +399,7 @@ impl EtcdStore {
     }
 
     /// The stored values and revisions of `keys`, all at one revision (one read-only Txn).
-    fn read_keys(&self, keys: &[Vec<u8>]) -> KvResult<HashMap<Vec<u8>, Stored>> {
+    pub(crate) fn read_keys(&self, keys: &[Vec<u8>]) -> KvResult<HashMap<Vec<u8>, Stored>> {
         if keys.is_empty() {
             return Ok(HashMap::new());
         }
@@ -485,11 +495,21 @@ impl EtcdStore {
     /// Applies `batch` as one Txn guarded by `reads` (a transaction's read set; empty for a
     /// plain write). Upsert races are retried here; a failed read guard is
     /// [`KvError::Conflict`]. Nothing is sent for a batch that does not fit.
-    pub(crate) fn apply(&self, batch: &WriteBatch, reads: &[Guard]) -> KvResult<()> {
+    /// `keys`: the transaction's key guards; one that does not hold is
+    /// [`KvError::GuardFailed`].
+    pub(crate) fn apply(
+        &self,
+        batch: &WriteBatch,
+        reads: &[Guard],
+        keys: &[KeyGuard],
+    ) -> KvResult<()> {
         let needed = plan::needed_reads(batch, &self.ks, &self.registry, &self.limits)?;
-        if batch.is_empty() && reads.is_empty() {
+        if batch.is_empty() && reads.is_empty() && keys.is_empty() {
             return Ok(());
         }
+        let mut reads = reads.to_vec();
+        reads.extend(self.value_guards(keys)?);
+        let reads = &reads[..];
         let mut backoff = Backoff::new(UPSERT_RETRY);
         let mut stored = self.known_or_read(&needed)?;
         loop {
@@ -515,6 +535,10 @@ impl EtcdStore {
             stored = stored_from(&needed, &resp.op_responses())?;
             self.remember(stored.iter().map(|(k, s)| (k.clone(), s.clone())));
             if !reads.is_empty() && !self.guards_hold(reads)? {
+                // A failed key guard is named (the caller revokes); else the read set moved.
+                if !keys.is_empty() {
+                    return Err(self.guard_failure(keys)?);
+                }
                 return Err(KvError::Conflict);
             }
             if !backoff.retry() {
@@ -585,11 +609,16 @@ fn fits(plan: &plan::Plan, reads: &[Guard], reread: &[Vec<u8>]) -> KvResult<()> 
     Ok(())
 }
 
-fn compare(g: &Guard) -> Compare {
+pub(crate) fn compare(g: &Guard) -> Compare {
     match g {
         Guard::Key { key, mod_revision } => {
             Compare::mod_revision(key.clone(), CompareOp::Equal, *mod_revision)
         }
+        Guard::Value { key, value: None } => Compare::version(key.clone(), CompareOp::Equal, 0),
+        Guard::Value {
+            key,
+            value: Some(v),
+        } => Compare::value(key.clone(), CompareOp::Equal, v.clone()),
         Guard::Range { range, below } => {
             Compare::mod_revision(range.lo.clone(), CompareOp::Less, *below)
                 .with_range(range.hi.clone())
@@ -615,7 +644,10 @@ fn txn_op(op: &EtcdOp, lease: Option<(&[Vec<u8>], i64)>) -> TxnOp {
 
 impl KvRead for EtcdStore {
     fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        Ok(self.get_at(tree, key, None).map_err(KvError::from)?.value)
+        Ok(self
+            .get_at(tree, key, None, &[])
+            .map_err(KvError::from)?
+            .value)
     }
 
     fn scan(
@@ -627,7 +659,7 @@ impl KvRead for EtcdStore {
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut restarts = 0;
         loop {
-            match self.scan_at(tree, range, dir, limit, None) {
+            match self.scan_at(tree, range, dir, limit, None, &[]) {
                 Ok(s) => return Ok(s.pairs),
                 // The revision pinned by page 1 was compacted before a later page: start over.
                 Err(Failure::Compacted) if restarts < SCAN_RESTARTS => restarts += 1,
@@ -643,7 +675,7 @@ impl KvStore for EtcdStore {
     }
 
     fn write(&self, batch: WriteBatch, _opts: WriteOptions) -> KvResult<()> {
-        self.apply(&batch, &[])
+        self.apply(&batch, &[], &[])
     }
 
     fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
@@ -657,6 +689,35 @@ impl KvStore for EtcdStore {
 
     fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// One Txn: the guards' compares, then the Range.
+    fn get_guarded(
+        &self,
+        guards: &[KeyGuard],
+        tree: TreeId,
+        key: &[u8],
+    ) -> KvResult<Option<Vec<u8>>> {
+        Ok(self.get_at(tree, key, None, guards)?.value)
+    }
+
+    /// The first page in one Txn with the guards' compares; later pages at its revision.
+    fn scan_guarded(
+        &self,
+        guards: &[KeyGuard],
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut restarts = 0;
+        loop {
+            match self.scan_at(tree, range, dir, limit, None, guards) {
+                Ok(s) => return Ok(s.pairs),
+                Err(Failure::Compacted) if restarts < SCAN_RESTARTS => restarts += 1,
+                Err(f) => return Err(f.into()),
+            }
+        }
     }
 
     /// Every etcd store is shared: any number of mounts may open the same prefix.
@@ -729,6 +790,14 @@ impl KvSession for EtcdStore {
             async move { kv.put(k, v, Some(opts)).await }
         })?;
         Ok(())
+    }
+
+    fn watch_puts(&self, tree: TreeId, on_put: Box<dyn Fn(Vec<u8>) + Send>) -> KvResult<()> {
+        self.watch_tree_puts(tree, on_put)
+    }
+
+    fn wait_absent(&self, tree: TreeId, key: &[u8], timeout: Duration) -> KvResult<bool> {
+        self.wait_key_absent(tree, key, timeout)
     }
 
     fn hold_tree(&self, tree: TreeId) -> KvResult<()> {

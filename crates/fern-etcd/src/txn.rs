@@ -8,7 +8,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use fern_kv::{
-    Direction, KeyRange, KvError, KvRead, KvResult, KvTxn, TreeId, WriteBatch, WriteOptions,
+    Direction, KeyGuard, KeyRange, KvError, KvRead, KvResult, KvTxn, TreeId, WriteBatch,
+    WriteOptions,
 };
 
 use crate::keys::EtcdRange;
@@ -50,6 +51,8 @@ impl Reads {
 pub(crate) struct EtcdTxn<'a> {
     store: &'a EtcdStore,
     reads: RefCell<Reads>,
+    /// Key guards the commit is conditional on (compares, no read).
+    guards: Vec<KeyGuard>,
     batch: WriteBatch,
 }
 
@@ -58,6 +61,7 @@ impl<'a> EtcdTxn<'a> {
         Self {
             store,
             reads: RefCell::new(Reads::default()),
+            guards: Vec::new(),
             batch: WriteBatch::new(),
         }
     }
@@ -66,7 +70,10 @@ impl<'a> EtcdTxn<'a> {
 impl KvRead for EtcdTxn<'_> {
     fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
         let rev = self.reads.borrow().revision;
-        let p = self.store.get_at(tree, key, rev).map_err(KvError::from)?;
+        let p = self
+            .store
+            .get_at(tree, key, rev, &[])
+            .map_err(KvError::from)?;
         let k = self.store.keyspace().key(tree, key)?;
         let mut r = self.reads.borrow_mut();
         r.revision.get_or_insert(p.revision);
@@ -84,7 +91,7 @@ impl KvRead for EtcdTxn<'_> {
         let rev = self.reads.borrow().revision;
         let s = self
             .store
-            .scan_at(tree, range, dir, limit, rev)
+            .scan_at(tree, range, dir, limit, rev, &[])
             .map_err(KvError::from)?;
         let ks = self.store.keyspace();
         let covered = covered_range(ks, tree, range, dir, limit, &s.pairs)?;
@@ -107,8 +114,15 @@ impl KvTxn for EtcdTxn<'_> {
         &mut self.batch
     }
 
+    /// Only a compare in the commit's Txn: no round trip now.
+    fn guard(&mut self, guard: &KeyGuard) -> KvResult<()> {
+        self.store.keyspace().key(guard.tree, &guard.key)?;
+        self.guards.push(guard.clone());
+        Ok(())
+    }
+
     fn commit(self: Box<Self>, _opts: WriteOptions) -> KvResult<()> {
-        let guards = self.reads.borrow().guards();
-        self.store.apply(&self.batch, &guards)
+        let reads = self.reads.borrow().guards();
+        self.store.apply(&self.batch, &reads, &self.guards)
     }
 }

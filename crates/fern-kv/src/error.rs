@@ -20,6 +20,16 @@ pub enum KvError {
         /// How many times the transaction body ran.
         attempts: u32,
     },
+    /// A [`crate::KeyGuard`] of a guarded read or transaction did not hold: the key had
+    /// another value (a delegation is held by someone else, or ours was lost). Nothing was
+    /// read or applied; rerunning the same operation fails the same way until the key changes.
+    #[error("guard on key {key:?} of tree {tree:?} does not hold")]
+    GuardFailed {
+        /// The tree of the guarded key.
+        tree: TreeId,
+        /// The guarded key.
+        key: Vec<u8>,
+    },
     /// A tree name the backend does not know and cannot create.
     #[error("unknown tree {0:?}")]
     UnknownTree(String),

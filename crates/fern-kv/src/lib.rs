@@ -4,14 +4,19 @@
 //! the bounded retry helper for optimistic transactions, the in-memory reference backend
 //! ([`mem::MemStore`], the test oracle) and the [`conformance`] suite every backend must pass.
 //!
+//! It also owns key guards ([`KeyGuard`]) and the delegation protocol of a shared store
+//! ([`Delegations`], docs/design.md §7), written against the traits only.
+//!
 //! It must never depend on a backend (fern-tree, etcd, ...): backends depend on it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod batch;
 pub mod conformance;
+mod deleg;
 mod error;
 mod extent;
+mod guard;
 pub mod mem;
 pub mod occ;
 mod retry;
@@ -19,8 +24,10 @@ mod store;
 mod types;
 
 pub use batch::{Op, WriteBatch};
+pub use deleg::{Delegations, Grant};
 pub use error::{KvError, KvResult};
 pub use extent::{ExtentRef, EXTENT_REF_LEN};
+pub use guard::KeyGuard;
 pub use retry::{transact, transact_opts, Backoff, RetryPolicy, Retryable};
 pub use store::{KvRead, KvSession, KvStore, KvTxn};
 pub use types::{

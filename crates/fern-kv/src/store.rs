@@ -31,6 +31,16 @@
 //!   Without it, it is atomic but may be lost, whole, at a crash; [`KvStore::sync`] makes every
 //!   earlier write durable. Writes are durable in order: a crash never keeps a later batch and
 //!   loses an earlier one.
+//! * **Guards** ([`KeyGuard`]: "this key holds exactly this value", or "is absent").
+//!   [`KvStore::get_guarded`] and [`KvStore::scan_guarded`] return what a plain read would, but
+//!   only if every guard holds at the same instant as the read; otherwise
+//!   [`crate::KvError::GuardFailed`] and nothing. [`KvTxn::guard`] makes the commit conditional
+//!   on the guard holding at commit: a commit whose guard does not hold applies nothing and
+//!   fails with `GuardFailed` or `Conflict` (then a rerun of the transaction, as
+//!   [`crate::transact`] does, fails with `GuardFailed` at its `guard` call, or commits if the
+//!   key changed back). A backend that can evaluate a compare with a read (etcd) does it in
+//!   the same round trip; the default methods read the key through a transaction, which is
+//!   correct on every backend that implements the transaction contract.
 //!
 //! # Big operations: resumable steps
 //!
@@ -50,6 +60,8 @@
 use crate::batch::WriteBatch;
 use crate::error::{KvError, KvResult};
 use crate::extent::ExtentRef;
+use crate::guard::KeyGuard;
+use crate::retry::{Backoff, RetryPolicy};
 use crate::types::{Direction, KeyRange, Limits, TreeId, WriteOptions};
 
 /// Point and range reads, shared by the store and its transactions.
@@ -126,6 +138,30 @@ pub trait KvStore: KvRead + Send + Sync {
         false
     }
 
+    /// [`KvRead::get`] of `key`, only if every guard holds when the key is read (contract:
+    /// "Guards").
+    fn get_guarded(
+        &self,
+        guards: &[KeyGuard],
+        tree: TreeId,
+        key: &[u8],
+    ) -> KvResult<Option<Vec<u8>>> {
+        guarded_read(self, guards, |txn| txn.get(tree, key))
+    }
+
+    /// [`KvRead::scan`], only if every guard holds when the range is read (contract:
+    /// "Guards").
+    fn scan_guarded(
+        &self,
+        guards: &[KeyGuard],
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        guarded_read(self, guards, |txn| txn.scan(tree, range, dir, limit))
+    }
+
     /// Every live data extent, for a checker comparing them with the rows that name them
     /// (format.md X9). Empty on a backend without extents.
     fn extents(&self) -> KvResult<Vec<ExtentRef>> {
@@ -150,6 +186,18 @@ pub trait KvSession: Send + Sync {
     /// a held key can be written atomically with other keys (fern-fs: a file's open
     /// registration in the transaction that creates it). Fails when the session is lost.
     fn hold_tree(&self, tree: TreeId) -> KvResult<()>;
+
+    /// From now until the handle goes away, calls `on_put(key)` for every put into `tree` by
+    /// any handle of the store, and once at the start for every key already in `tree` (so a
+    /// put made just before the call is not missed). Called in the order of the puts, on a
+    /// thread of its own (it may call the store). A put is seen at least once; a watch that
+    /// had to reconnect may repeat one.
+    fn watch_puts(&self, tree: TreeId, on_put: Box<dyn Fn(Vec<u8>) + Send>) -> KvResult<()>;
+
+    /// Returns `true` once `key` of `tree` is absent (at once if it is), `false` if it is
+    /// still present after `timeout`.
+    fn wait_absent(&self, tree: TreeId, key: &[u8], timeout: std::time::Duration)
+        -> KvResult<bool>;
 }
 
 /// An optimistic transaction: recorded reads plus a buffered batch. Dropping it without
@@ -158,7 +206,45 @@ pub trait KvTxn: KvRead {
     /// The buffered writes; add to it with [`WriteBatch::put`] and friends.
     fn batch(&mut self) -> &mut WriteBatch;
 
+    /// Makes the commit conditional on `guard` holding at commit (contract: "Guards"). May
+    /// fail at once with [`crate::KvError::GuardFailed`] when the backend has read the key to
+    /// check it (the default: one recorded read); etcd only adds a compare to the commit.
+    fn guard(&mut self, guard: &KeyGuard) -> KvResult<()> {
+        let found = self.get(guard.tree, &guard.key)?;
+        guard.check(found.as_deref())
+    }
+
     /// Applies the buffered batch atomically if nothing read was changed since `begin`;
     /// fails with [`crate::KvError::Conflict`] otherwise, applying nothing.
     fn commit(self: Box<Self>, opts: WriteOptions) -> KvResult<()>;
+}
+
+/// The default guarded read: the guards and the read in one read-only transaction, so they
+/// are seen at one instant; reruns (bounded) when another commit changed them in between.
+fn guarded_read<S, T>(
+    store: &S,
+    guards: &[KeyGuard],
+    read: impl Fn(&dyn KvTxn) -> KvResult<T>,
+) -> KvResult<T>
+where
+    S: KvStore + ?Sized,
+{
+    let mut backoff = Backoff::new(RetryPolicy::default());
+    loop {
+        let mut txn = store.begin()?;
+        for g in guards {
+            txn.guard(g)?;
+        }
+        let out = read(&*txn)?;
+        match txn.commit(WriteOptions::NO_SYNC) {
+            Ok(()) => return Ok(out),
+            Err(e) if e.is_conflict() && backoff.retry() => {}
+            Err(e) if e.is_conflict() => {
+                return Err(crate::KvError::RetriesExhausted {
+                    attempts: backoff.attempts(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

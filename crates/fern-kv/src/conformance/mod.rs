@@ -6,6 +6,7 @@
 //! Scenarios panic with a message naming what broke, as tests do.
 
 mod extents;
+mod guards;
 mod reads;
 mod txn;
 mod writes;
@@ -96,6 +97,8 @@ where
     txn::abort_applies_nothing(&open());
     txn::retry_helper(&open());
     txn::concurrent_increments(&open());
+    guards::guarded_reads(&open());
+    guards::guarded_commits(&open());
     extents::refused_without_extents(&open());
     extents::round_trip(&open());
     extents::double_free_refused(&open());

@@ -1,0 +1,93 @@
+//! Guarded reads and the failure of guarded commits on etcd (fern-kv `KeyGuard`, store.rs
+//! contract "Guards"; docs/design.md §7). A guard is one etcd compare — `version == 0` for
+//! "absent", `value == v` for "holds v" — put in the same Txn as the read or the commit, so a
+//! guard costs no round trip of its own. It owns that translation; it must never read a key
+//! outside the Txn it guards except to name which guard failed after the Txn did.
+
+use etcd_client::{GetOptions, GetResponse, Txn, TxnOp, TxnOpResponse};
+use fern_kv::{KeyGuard, KvError, KvResult};
+
+use crate::error::Failure;
+use crate::plan::Guard;
+use crate::store::{compare, EtcdStore, Resend};
+
+impl EtcdStore {
+    /// The etcd compares of `guards`.
+    pub(crate) fn value_guards(&self, guards: &[KeyGuard]) -> KvResult<Vec<Guard>> {
+        guards
+            .iter()
+            .map(|g| {
+                Ok(Guard::Value {
+                    key: self.keyspace().key(g.tree, &g.key)?,
+                    value: g.expect.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// One etcd Range from `from` with `opts`, and the revision it was read at. With guards
+    /// it is the Then branch of a Txn `If(guards)`: one round trip either way; a guard that
+    /// does not hold fails it with [`KvError::GuardFailed`].
+    pub(crate) fn range(
+        &self,
+        guards: &[KeyGuard],
+        from: &[u8],
+        opts: &GetOptions,
+    ) -> Result<(GetResponse, i64), Failure> {
+        if guards.is_empty() {
+            let resp = self.call(Resend::Always, |mut kv| {
+                let (from, opts) = (from.to_vec(), opts.clone());
+                async move { kv.get(from, Some(opts)).await }
+            })?;
+            let rev = resp.header().map_or(0, |h| h.revision());
+            return Ok((resp, rev));
+        }
+        let compares: Vec<_> = self
+            .value_guards(guards)
+            .map_err(Failure::Kv)?
+            .iter()
+            .map(compare)
+            .collect();
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::get(from.to_vec(), Some(opts.clone()))]);
+        let resp = self.call(Resend::Always, |mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        if !resp.succeeded() {
+            let e = self.guard_failure(guards).map_err(Failure::Kv)?;
+            return Err(Failure::Kv(e));
+        }
+        let rev = resp.header().map_or(0, |h| h.revision());
+        match resp.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Get(g)) => Ok((g, rev)),
+            _ => Err(Failure::Kv(KvError::Backend(
+                "etcd answered a guarded read without its Range".into(),
+            ))),
+        }
+    }
+
+    /// Why a Txn guarded by `guards` failed: [`KvError::GuardFailed`] for the first guard
+    /// that does not hold now, or [`KvError::Conflict`] when all hold again (the key changed
+    /// back in between; rerunning is right).
+    pub(crate) fn guard_failure(&self, guards: &[KeyGuard]) -> KvResult<KvError> {
+        let keys: Vec<Vec<u8>> = self
+            .value_guards(guards)?
+            .into_iter()
+            .map(|g| match g {
+                Guard::Value { key, .. } => key,
+                Guard::Key { key, .. } => key,
+                Guard::Range { range, .. } => range.lo,
+            })
+            .collect();
+        let now = self.read_keys(&keys)?;
+        for (g, k) in guards.iter().zip(&keys) {
+            let found = now.get(k).and_then(|s| s.value.as_deref());
+            if let Err(e) = g.check(found) {
+                return Ok(e);
+            }
+        }
+        Ok(KvError::Conflict)
+    }
+}
