@@ -55,7 +55,7 @@ pub use scan::paths_of;
 use fern_kv::{KvStore, TreeId, WriteBatch, WriteOptions};
 
 use crate::attr::{FileType, Stat, Timespec};
-use crate::error::FsResult;
+use crate::error::{FsError, FsResult};
 use crate::ids::InodeId;
 use crate::schema::Trees;
 use index::Index;
@@ -196,7 +196,29 @@ enum Fix {
     Put(Tree, Vec<u8>, Vec<u8>),
     Delete(Tree, Vec<u8>),
     DeleteRange(Tree, Vec<u8>, Vec<u8>),
+    /// Deletes these `fs.extent` rows and frees these extents, all in one batch (extent.rs
+    /// E4: a row never outlives its extent, an extent never its last row). With no rows (a
+    /// leaked extent), the batch deletes a key no inode can have ([`NO_EXTENT_ROW`]): the
+    /// engine refuses a batch that frees without changing a row (format.md, X9).
+    DropExtents {
+        keys: Vec<Vec<u8>>,
+        refs: Vec<fern_kv::ExtentRef>,
+    },
 }
+
+impl Fix {
+    /// Operations it adds to a batch.
+    fn ops(&self) -> usize {
+        match self {
+            Fix::DropExtents { keys, refs } => keys.len().max(1) + refs.len(),
+            _ => 1,
+        }
+    }
+}
+
+/// The `fs.extent` key of slot 0 of inode 0, an id never allocated (ids start at the root,
+/// 1): deleting it changes nothing, and gives a batch that only frees leaked extents its row.
+const NO_EXTENT_ROW: [u8; 16] = [0; 16];
 
 #[derive(Clone, Copy, Debug)]
 enum Tree {
@@ -207,11 +229,12 @@ enum Tree {
     Xattr,
     Dirparent,
     Orphan,
+    Extent,
 }
 
 impl Tree {
-    fn id(self, t: &Trees) -> TreeId {
-        match self {
+    fn id(self, t: &Trees) -> FsResult<TreeId> {
+        Ok(match self {
             Tree::Meta => t.meta,
             Tree::Dentry => t.dentry,
             Tree::Inode => t.inode,
@@ -219,21 +242,41 @@ impl Tree {
             Tree::Xattr => t.xattr,
             Tree::Dirparent => t.dirparent,
             Tree::Orphan => t.orphan,
-        }
+            // Only a store with extents has extent rows to repair.
+            Tree::Extent => t
+                .extent
+                .ok_or_else(|| FsError::corrupt("an extent repair on a store without extents"))?,
+        })
     }
 }
 
 fn apply(kv: &dyn KvStore, t: &Trees, ops: Vec<Fix>) -> FsResult<()> {
     let max_ops = kv.limits().max_ops.unwrap_or(1024).clamp(1, 1024);
-    for chunk in ops.chunks(max_ops) {
-        let mut b = WriteBatch::new();
-        for op in chunk {
-            match op {
-                Fix::Put(tr, k, v) => b.put(tr.id(t), k.clone(), v.clone()),
-                Fix::Delete(tr, k) => b.delete(tr.id(t), k.clone()),
-                Fix::DeleteRange(tr, lo, hi) => b.delete_range(tr.id(t), lo.clone(), hi.clone()),
+    let mut b = WriteBatch::new();
+    for op in &ops {
+        // A fix is never split across batches (DropExtents must stay whole, E4).
+        if !b.is_empty() && b.len() + b.extent_frees().len() + op.ops() > max_ops {
+            kv.write(std::mem::take(&mut b), WriteOptions::NO_SYNC)?;
+        }
+        match op {
+            Fix::Put(tr, k, v) => b.put(tr.id(t)?, k.clone(), v.clone()),
+            Fix::Delete(tr, k) => b.delete(tr.id(t)?, k.clone()),
+            Fix::DeleteRange(tr, lo, hi) => b.delete_range(tr.id(t)?, lo.clone(), hi.clone()),
+            Fix::DropExtents { keys, refs } => {
+                let xt = Tree::Extent.id(t)?;
+                if keys.is_empty() {
+                    b.delete(xt, NO_EXTENT_ROW.to_vec());
+                }
+                for k in keys {
+                    b.delete(xt, k.clone());
+                }
+                for r in refs {
+                    b.free_extent(*r);
+                }
             }
         }
+    }
+    if !b.is_empty() {
         kv.write(b, WriteOptions::NO_SYNC)?;
     }
     kv.sync()?;

@@ -32,22 +32,49 @@ use crate::schema::{self, SLOT_BYTES};
 /// bytes never change while its reference names it.
 const CACHED_EXTENTS: usize = 8;
 
-/// The cache of whole extents read by requests that covered only part of one.
+/// The cache of whole extents read by requests that covered only part of one, and the
+/// buffers of extents it dropped that no request still holds: the next miss reads into one
+/// of those instead of a fresh 1 MiB allocation, whose pages would fault and be zeroed on
+/// first touch (F7's cold read: a 1 MiB buffer per extent, fs-design.md §9).
 #[derive(Default)]
-pub(crate) struct ExtentCache(Mutex<VecDeque<(ExtentRef, Arc<Vec<u8>>)>>);
+pub(crate) struct ExtentCache(Mutex<CacheState>);
+
+#[derive(Default)]
+struct CacheState {
+    entries: VecDeque<(ExtentRef, Arc<Vec<u8>>)>,
+    spare: Vec<Vec<u8>>,
+}
+
+/// Dropped buffers kept for reuse.
+const SPARE_BUFFERS: usize = 2;
 
 impl ExtentCache {
     fn get(&self, r: &ExtentRef) -> Option<Arc<Vec<u8>>> {
         let c = self.0.lock();
-        c.iter().find(|(k, _)| k == r).map(|(_, v)| Arc::clone(v))
+        c.entries
+            .iter()
+            .find(|(k, _)| k == r)
+            .map(|(_, v)| Arc::clone(v))
+    }
+
+    /// A buffer of `len` bytes to read an extent into (its contents are overwritten).
+    fn buffer(&self, len: usize) -> Vec<u8> {
+        let mut b = self.0.lock().spare.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
     }
 
     fn put(&self, r: ExtentRef, data: Arc<Vec<u8>>) {
         let mut c = self.0.lock();
-        if c.len() >= CACHED_EXTENTS {
-            c.pop_front();
+        if c.entries.len() >= CACHED_EXTENTS {
+            if let Some((_, old)) = c.entries.pop_front() {
+                // Held by no request any more: keep its memory for the next miss.
+                if let (Ok(v), true) = (Arc::try_unwrap(old), c.spare.len() < SPARE_BUFFERS) {
+                    c.spare.push(v);
+                }
+            }
         }
-        c.push_back((r, data));
+        c.entries.push_back((r, data));
     }
 }
 
@@ -126,7 +153,7 @@ impl Fs {
         if let Some(d) = self.extent_cache.get(r) {
             return Ok(d);
         }
-        let mut buf = vec![0u8; r.len() as usize];
+        let mut buf = self.extent_cache.buffer(r.len() as usize);
         self.kv.read_extent(r, &mut buf)?;
         let d = Arc::new(buf);
         self.extent_cache.put(*r, Arc::clone(&d));

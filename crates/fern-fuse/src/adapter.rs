@@ -428,10 +428,15 @@ impl Handler for FernFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData<'_>,
     ) {
-        match self.fs.read(ino(i), offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(&e)),
+        // One buffer per request thread, reused: a fresh one per request would be a fresh
+        // mapping to fault in and zero (fern-fs `read_into`).
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        BUF.with_borrow_mut(|buf| match self.fs.read_into(ino(i), offset, size, buf) {
+            Ok(()) => reply.data(buf),
+            Err(e) => reply.error(errno(&e)),
+        })
     }
 
     fn write(

@@ -439,10 +439,16 @@ impl Env {
                 .extent_bytes
                 .fetch_add(extent_bytes, Ordering::Relaxed);
         }
+        // Asked before `note_freed` may wake the checkpoint thread: `wants_checkpoint` takes
+        // the block file's mutex, which a checkpoint holds across its device syncs and hole
+        // punches. Asked after the wake, a writer that freed much (an unlink of 256 MiB of
+        // extents) raced the reclamation it had just started and waited for its first
+        // checkpoint's commit: 130-360 ms of an unlink through FUSE (fs-design.md §9, F9c).
+        let want = self.wants_checkpoint();
         if admission == Admission::Frees {
             self.note_freed(freed)?;
         }
-        if self.wants_checkpoint() {
+        if want {
             self.request_checkpoint()?;
         }
         if durability == Durability::Sync {

@@ -1,6 +1,7 @@
 //! S6, stored data: no byte at or beyond the file size (D1), no block longer than the block
 //! size, data only for regular files, a counted file's stored-block count is its number of
-//! stored blocks (D2); and data blocks of no inode (S7).
+//! stored blocks (D2); and data blocks of no inode (S7). Removing an inode's data removes
+//! its extent rows and frees their extents too (extents.rs).
 
 use super::index::Index;
 use super::scan::Scan;
@@ -24,10 +25,9 @@ pub(super) fn check(s: &Scan, ix: &Index, c: &mut Ctx, report: &mut Report) {
                     d.blocks
                 ),
                 may_free.then(|| {
-                    (
-                        "delete them".to_string(),
-                        vec![Fix::DeleteRange(Tree::Data, lo, hi)],
-                    )
+                    let mut ops = vec![Fix::DeleteRange(Tree::Data, lo, hi)];
+                    ops.extend(s.drop_extent_rows(id));
+                    ("delete them (and free its extents)".to_string(), ops)
                 }),
             );
             continue;
@@ -40,10 +40,11 @@ pub(super) fn check(s: &Scan, ix: &Index, c: &mut Ctx, report: &mut Report) {
                 "S6",
                 ST_COUNTS,
                 format!("{} data blocks of inode {id}, a {kind:?}", d.blocks),
-                Some((
-                    "delete them".to_string(),
-                    vec![Fix::DeleteRange(Tree::Data, lo, hi)],
-                )),
+                Some({
+                    let mut ops = vec![Fix::DeleteRange(Tree::Data, lo, hi)];
+                    ops.extend(s.drop_extent_rows(id));
+                    ("delete them (and free its extents)".to_string(), ops)
+                }),
             );
             continue;
         }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
-use fern_kv::{Direction, KeyRange, KvStore, TreeId};
+use fern_kv::{Direction, ExtentRef, KeyRange, KvStore, TreeId};
 
 use super::Tree;
 use crate::error::{FsError, FsResult};
@@ -52,10 +52,15 @@ pub(super) struct Scan {
     pub(super) xattrs: BTreeMap<u64, u64>,
     /// Keys of the wrong shape: (tree, key, what).
     pub(super) bad_keys: Vec<(Tree, Vec<u8>, &'static str)>,
-    /// Extent slots of each inode (S8, extents.rs).
-    pub(super) extent_slots: BTreeMap<u64, BTreeSet<u64>>,
-    /// What is wrong with the extent rows and the live extents (S8).
+    /// Extent slots of each inode and the extent each names (S8, extents.rs).
+    pub(super) extent_slots: BTreeMap<u64, BTreeMap<u64, ExtentRef>>,
+    /// What is wrong with the extent rows and the live extents (S8), but leaks.
     pub(super) extent_problems: Vec<String>,
+    /// Live extents that no row names (S8), ascending.
+    pub(super) leaked_extents: Vec<ExtentRef>,
+    /// Whether some `fs.extent` row did not decode: it might name a "leaked" extent, so
+    /// repair frees none (check.rs: never destroy a byte a name could still reach).
+    pub(super) undecodable_extent_rows: bool,
 }
 
 pub(super) fn scan_tree(
@@ -106,6 +111,8 @@ impl Scan {
             bad_keys: Vec::new(),
             extent_slots: BTreeMap::new(),
             extent_problems: Vec::new(),
+            leaked_extents: Vec::new(),
+            undecodable_extent_rows: false,
         };
         s.read_extents(kv, t)?;
         let mut bad = Vec::new();
@@ -152,7 +159,7 @@ impl Scan {
             let shadow = s
                 .extent_slots
                 .get(&id)
-                .is_some_and(|slots| slots.contains(&(block / per_slot)));
+                .is_some_and(|slots| slots.contains_key(&(block / per_slot)));
             d.blocks += u64::from(!shadow);
             let len = v.len() as u64;
             if len == 0 || len > bs {
