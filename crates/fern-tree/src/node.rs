@@ -227,10 +227,7 @@ impl Node {
                     .map(|p| p.get().map_or(0, MsgBuffer::mem) + 48)
                     .sum::<usize>()
                     + children.capacity() * 8
-                    + deltas
-                        .iter()
-                        .map(|d| d.capacity() * 16 + 24)
-                        .sum::<usize>()
+                    + deltas.iter().map(|d| d.capacity() * 16 + 24).sum::<usize>()
             }
             Body::Delta { buf } => buf.get().map_or(0, MsgBuffer::mem) + 48,
         };

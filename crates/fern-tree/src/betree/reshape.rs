@@ -34,10 +34,8 @@ pub(super) fn merge_small_child(
         let mut left = ctx.take(children[l])?;
         let mut right = ctx.take(children[r])?;
         let held = |k: usize| deltas[k].iter().map(|d| d.bytes as usize).sum::<usize>();
-        let pending = bufs[l].get_mut().growth_bound()
-            + bufs[r].get_mut().growth_bound()
-            + held(l)
-            + held(r);
+        let pending =
+            bufs[l].get_mut().growth_bound() + bufs[r].get_mut().growth_bound() + held(l) + held(r);
         let fits = match (&left.body, &right.body) {
             (Body::Leaf { .. }, Body::Leaf { .. }) => {
                 left.payload_bytes() + right.payload_bytes() + pending <= byte_limit

@@ -221,7 +221,9 @@ fn check_delta(
         if m.kind != Kind::RangeDelete
             && (lo.is_some_and(|l| m.key < l) || hi.is_some_and(|h| m.key >= h))
         {
-            return Err(bad("message outside its leaf's key range (invariant D3)".into()));
+            return Err(bad(
+                "message outside its leaf's key range (invariant D3)".into()
+            ));
         }
         max = m.msn;
     }
