@@ -12,7 +12,8 @@
 //! [version 2, internal: ndeltas u8, then per delta: id u64 | bytes u32]
 //! [pivot: varint len + bytes, for parts after the first] | frame offset u32 | frame len u32`)
 //! then the partition frames (codec.rs), each compressed and checksummed on its own.
-//! Kind 0 is a leaf, 1 an internal node, 2 a leaf delta (one message partition, height 0).
+//! Kind 0 is a leaf, 1 an internal node, 2 a leaf delta (a leaf's layout, with message
+//! partitions instead of basements; height 0).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -112,8 +113,13 @@ pub(crate) enum Body {
         deltas: Vec<Vec<DeltaRef>>,
     },
     /// A leaf delta: messages flushed into a leaf, written beside it (format.md "Leaf
-    /// deltas"). Never changed once created (D4).
-    Delta { buf: Part<MsgBuffer> },
+    /// deltas"), in partitions split by key like a leaf's basements, so a point read loads one
+    /// (N5). Never changed once created (D4).
+    Delta {
+        /// `pivots[i]` is the smallest key partition `i+1` may hold.
+        pivots: Vec<Vec<u8>>,
+        parts: Vec<Part<MsgBuffer>>,
+    },
 }
 
 /// A node as the cache holds it.
@@ -175,6 +181,11 @@ impl Node {
         matches!(self.body, Body::Leaf { .. })
     }
 
+    /// A leaf or a leaf delta (height 0): what the cache evicts and writes back first.
+    pub(crate) fn is_leaf_level(&self) -> bool {
+        self.height == 0
+    }
+
     pub(crate) fn is_dirty(&self) -> bool {
         self.dirty.load(Ordering::Relaxed)
     }
@@ -185,18 +196,20 @@ impl Node {
 
     pub(crate) fn pivots(&self) -> &[Vec<u8>] {
         match &self.body {
-            Body::Leaf { pivots, .. } | Body::Internal { pivots, .. } => pivots,
-            Body::Delta { .. } => &[],
+            Body::Leaf { pivots, .. }
+            | Body::Internal { pivots, .. }
+            | Body::Delta { pivots, .. } => pivots,
         }
     }
 
-    /// A new leaf delta holding `msgs`.
-    pub(crate) fn new_delta(id: NodeId, msgs: MsgBuffer) -> Node {
+    /// A new leaf delta holding `parts` (split at `pivots`).
+    pub(crate) fn new_delta(id: NodeId, pivots: Vec<Vec<u8>>, parts: Vec<MsgBuffer>) -> Node {
         Node {
             id,
             height: 0,
             body: Body::Delta {
-                buf: Part::loaded(msgs),
+                pivots,
+                parts: parts.into_iter().map(Part::loaded).collect(),
             },
             block: None,
             dirty: AtomicBool::new(true),
@@ -229,7 +242,10 @@ impl Node {
                     + children.capacity() * 8
                     + deltas.iter().map(|d| d.capacity() * 16 + 24).sum::<usize>()
             }
-            Body::Delta { buf } => buf.get().map_or(0, MsgBuffer::mem) + 48,
+            Body::Delta { parts, .. } => parts
+                .iter()
+                .map(|p| p.get().map_or(0, MsgBuffer::mem) + 48)
+                .sum(),
         };
         std::mem::size_of::<Node>() + piv + parts
     }
@@ -238,8 +254,9 @@ impl Node {
     pub(crate) fn fully_loaded(&self) -> bool {
         match &self.body {
             Body::Leaf { parts, .. } => parts.iter().all(|p| p.get().is_some()),
-            Body::Internal { bufs, .. } => bufs.iter().all(|p| p.get().is_some()),
-            Body::Delta { buf } => buf.get().is_some(),
+            Body::Internal { bufs, .. } | Body::Delta { parts: bufs, .. } => {
+                bufs.iter().all(|p| p.get().is_some())
+            }
         }
     }
 
@@ -249,11 +266,10 @@ impl Node {
             Body::Leaf { parts, .. } => {
                 parts.iter().map(|p| p.get().map_or(0, |b| b.bytes())).sum()
             }
-            Body::Internal { bufs, .. } => bufs
+            Body::Internal { bufs, .. } | Body::Delta { parts: bufs, .. } => bufs
                 .iter()
                 .map(|p| p.get().map_or(0, MsgBuffer::bytes))
                 .sum(),
-            Body::Delta { buf } => buf.get().map_or(0, MsgBuffer::bytes),
         }
     }
 
@@ -292,11 +308,7 @@ impl Node {
                     .get()
                     .expect("encoding a node with unloaded partitions (invariant N6)")
                     .encode(&mut raw),
-                Body::Internal { bufs, .. } => bufs[i]
-                    .get()
-                    .expect("encoding a node with unloaded partitions (invariant N6)")
-                    .encode(&mut raw),
-                Body::Delta { buf } => buf
+                Body::Internal { bufs, .. } | Body::Delta { parts: bufs, .. } => bufs[i]
                     .get()
                     .expect("encoding a node with unloaded partitions (invariant N6)")
                     .encode(&mut raw),
@@ -392,15 +404,6 @@ impl Node {
                 .map_err(|e| Error::io(format!("reading node {id}"), e))?;
             block.extend_from_slice(&rest);
         }
-        // A delta is small (D5) and read only to be used whole: read the rest of its block now
-        // rather than its frame in a second read.
-        let full = full || kind == KIND_DELTA;
-        if full && block.len() < len {
-            let mut rest = vec![0u8; len - block.len()];
-            dev.read_at(&mut rest, loc.offset + block.len() as u64)
-                .map_err(|e| Error::io(format!("reading node {id}"), e))?;
-            block.extend_from_slice(&rest);
-        }
         let header = &block[PREFIX_LEN..PREFIX_LEN + header_len];
         let actual = crc32c::crc32c(header);
         if actual != header_crc {
@@ -422,7 +425,7 @@ impl Node {
             ));
         }
         let nparts = r.u32()? as usize;
-        if nparts == 0 || nparts > header_len || (kind == KIND_DELTA && nparts != 1) {
+        if nparts == 0 || nparts > header_len {
             return Err(r.err(format!("bad partition count {nparts}")));
         }
         let mut pivots = Vec::with_capacity(nparts - 1);
@@ -483,7 +486,8 @@ impl Node {
                 }
             } else if kind == KIND_DELTA {
                 Body::Delta {
-                    buf: unloaded(&frames[0]),
+                    pivots,
+                    parts: frames.iter().map(unloaded).collect(),
                 }
             } else {
                 Body::Leaf {
@@ -524,11 +528,13 @@ impl Node {
                     }
                 }
             }
-            Body::Delta { buf } => {
-                if buf.get().is_none() {
-                    let (off, len) = buf.frame.unwrap_or((0, 0));
-                    let frame = &block[off as usize..(off + len) as usize];
-                    let _ = buf.cell.set(decode_delta(id, frame)?);
+            Body::Delta { parts, .. } => {
+                for (i, p) in parts.iter_mut().enumerate() {
+                    if p.get().is_none() {
+                        let (off, len) = p.frame.unwrap_or((0, 0));
+                        let frame = &block[off as usize..(off + len) as usize];
+                        let _ = p.cell.set(decode_delta(id, i, frame)?);
+                    }
                 }
             }
         }
@@ -574,9 +580,13 @@ impl Node {
         )
     }
 
-    /// The messages of a leaf delta, loading them if needed.
-    pub(crate) fn delta_msgs(&self, dev: &dyn BlockDevice) -> Result<(&MsgBuffer, usize)> {
-        let Body::Delta { buf } = &self.body else {
+    /// Partition `i` of a leaf delta's messages, loading it if needed.
+    pub(crate) fn delta_msgs(
+        &self,
+        dev: &dyn BlockDevice,
+        i: usize,
+    ) -> Result<(&MsgBuffer, usize)> {
+        let Body::Delta { parts, .. } = &self.body else {
             return Err(Error::corrupt(
                 format!("node {}", self.id),
                 "expected a leaf delta (the parent names a node of another kind)",
@@ -585,8 +595,8 @@ impl Node {
         load_part(
             dev,
             self,
-            buf,
-            |frame| decode_delta(self.id, frame),
+            &parts[i],
+            |frame| decode_delta(self.id, i, frame),
             MsgBuffer::mem,
         )
     }
@@ -643,8 +653,8 @@ fn decode_basement(id: NodeId, i: usize, frame: &[u8]) -> Result<Arc<Basement>> 
     Basement::decode(&raw, &what).map(Arc::new)
 }
 
-fn decode_delta(id: NodeId, frame: &[u8]) -> Result<MsgBuffer> {
-    let what = || format!("leaf delta {id}");
+fn decode_delta(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {
+    let what = || format!("leaf delta {id} partition {i}");
     let raw = codec::decode_partition(frame, &what)?;
     MsgBuffer::decode(&raw, &what)
 }

@@ -12,7 +12,7 @@ use fern_tree::device::{BlockDevice, CrashDevice, MemDevice};
 use fern_tree::{Durability, Env, Error, Options, WriteBatch};
 
 mod common;
-use common::small_options;
+use common::{remove_range, small_options};
 
 type Rows = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -27,14 +27,22 @@ fn key(i: u32) -> Vec<u8> {
     i.wrapping_mul(2_654_435_761).to_be_bytes().to_vec()
 }
 
-/// Random-order inserts, overwrites and deletes of `n` keys (a few bytes of value each, so a
-/// flush into a leaf moves far less than the leaf holds: the case deltas are for).
+/// Random-order inserts, overwrites, deletes and short range deletes of `n` keys (a few bytes
+/// of value each, so a flush into a leaf moves far less than the leaf holds: the case deltas
+/// are for). A range delete spans several of a delta's partitions as often as not.
 fn workload(env: &Env, rows: &mut Rows, n: u32, round: u32, durability: Durability) {
     let t = env.tree("t").expect("tree");
     for i in 0..n {
         let mut b = WriteBatch::new();
         let k = key(i % 4000);
-        if i % 11 == 10 {
+        if i % 97 == 50 {
+            let lo = k.clone();
+            let hi = (u32::from_be_bytes([k[0], k[1], k[2], k[3]]).saturating_add(1 << 22))
+                .to_be_bytes()
+                .to_vec();
+            b.delete_range(&t, &lo, &hi);
+            remove_range(rows, &lo, &hi);
+        } else if i % 11 == 10 {
             b.delete(&t, &k);
             rows.remove(&k);
         } else {
@@ -173,7 +181,7 @@ fn damaged_delta_is_a_checksum_error_naming_it() {
     match t.verify() {
         Err(Error::Checksum { what, .. }) => {
             assert!(
-                what.contains(&format!("leaf delta {id}")),
+                what.contains(&format!("leaf delta {id} partition")),
                 "error should name the delta: {what}"
             );
         }

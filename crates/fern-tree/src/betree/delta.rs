@@ -4,10 +4,11 @@
 //! its parent's buffer.
 //! Never: decides which buffer flushes (flush.rs) or reshapes nodes (reshape.rs).
 
-use super::{Ctx, Shape};
+use super::{intersects, range_of, Ctx, Shape};
 use crate::buffer::MsgBuffer;
 use crate::error::Result;
-use crate::node::{DeltaRef, Node, SharedNode};
+use crate::msg::{Kind, MsgRef};
+use crate::node::{child_for, DeltaRef, Node, SharedNode};
 
 /// Whether a flush of `msgs` into a leaf whose parent entry names `deltas` may be written as one
 /// more delta (D5): fewer than `Shape::leaf_deltas` deltas, and all of them together with the
@@ -25,11 +26,48 @@ pub(super) fn may_append(shape: &Shape, deltas: &[DeltaRef], msgs: &MsgBuffer) -
 /// eviction or the next checkpoint like any node (C1, W8).
 pub(super) fn append(ctx: &Ctx<'_>, deltas: &mut Vec<DeltaRef>, msgs: MsgBuffer) {
     let id = ctx.new_id();
+    let (pivots, parts) = partition(&msgs, ctx.shape.basement_bytes);
     // D5 bounds a chain to half a node, far below 4 GiB.
-    let bytes = msgs.bytes() as u32;
-    ctx.put(Node::new_delta(id, msgs));
+    let bytes = parts.iter().map(MsgBuffer::bytes).sum::<usize>() as u32;
+    ctx.put(Node::new_delta(id, pivots, parts));
     deltas.push(DeltaRef { id, bytes });
     ctx.counters.delta(false);
+}
+
+/// Splits `msgs` by key into partitions of about `target` bytes (every message of one key in
+/// one partition; a range delete in every partition it intersects), each in MSN order (N3),
+/// so a point read of a cold delta loads one partition, as it loads one basement of the leaf.
+fn partition(msgs: &MsgBuffer, target: usize) -> (Vec<Vec<u8>>, Vec<MsgBuffer>) {
+    let mut sorted = Vec::new();
+    msgs.points_in(&[], None, &mut sorted);
+    let mut pivots: Vec<Vec<u8>> = Vec::new();
+    let mut acc = 0;
+    let mut prev: Option<&[u8]> = None;
+    for m in &sorted {
+        if acc >= target && prev.is_some_and(|p| p != m.key) {
+            pivots.push(m.key.to_vec());
+            acc = 0;
+        }
+        acc += m.key.len() + m.payload.len() + 12;
+        prev = Some(m.key);
+    }
+    let mut parts = vec![MsgBuffer::new(); pivots.len() + 1];
+    for (m, raw) in msgs.in_msn_order() {
+        if m.kind != Kind::RangeDelete {
+            parts[child_for(&pivots, m.key)].push_raw(raw);
+            continue;
+        }
+        for (i, part) in parts.iter_mut().enumerate() {
+            let (lo, hi) = range_of(&pivots, i);
+            if intersects(m.key, m.payload, lo, hi) {
+                part.push_raw(raw);
+            }
+        }
+    }
+    for p in &mut parts {
+        p.seal();
+    }
+    (pivots, parts)
 }
 
 /// The merge: the messages of `deltas` (oldest first) followed by `newer` as one buffer in MSN
@@ -46,8 +84,17 @@ pub(super) fn fold(
     }
     let nodes = fetch(ctx, deltas)?;
     let mut all = MsgBuffer::new();
+    let mut msgs: Vec<(MsgRef<'_>, &[u8])> = Vec::new();
     for n in &nodes {
-        for (_, raw) in ctx.delta_msgs(n)?.in_msn_order() {
+        // A delta's partitions back in MSN order: each is in MSN order, and a range delete
+        // stored in several partitions is one message (one MSN).
+        msgs.clear();
+        for i in 0..=n.pivots().len() {
+            msgs.extend(ctx.delta_msgs(n, i)?.in_msn_order());
+        }
+        msgs.sort_by_key(|(m, _)| m.msn);
+        msgs.dedup_by_key(|(m, _)| m.msn);
+        for (_, raw) in &msgs {
             all.push_raw(raw);
         }
     }

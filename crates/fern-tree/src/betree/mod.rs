@@ -140,8 +140,8 @@ impl Ctx<'_> {
         Ok(b)
     }
 
-    fn delta_msgs<'n>(&self, node: &'n Node) -> Result<&'n MsgBuffer> {
-        let (b, added) = node.delta_msgs(self.dev.as_ref())?;
+    fn delta_msgs<'n>(&self, node: &'n Node, i: usize) -> Result<&'n MsgBuffer> {
+        let (b, added) = node.delta_msgs(self.dev.as_ref(), i)?;
         self.cache.grew(node, added);
         Ok(b)
     }

@@ -56,7 +56,7 @@ pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<
     let mut points = Vec::new();
     let deltas = leaf_deltas(ctx, &path)?;
     for d in &deltas {
-        let buf = ctx.delta_msgs(d)?;
+        let buf = ctx.delta_msgs(d, child_for(d.pivots(), key))?;
         value = fold_key(buf, key, floor, value, &mut points, ctx.upserts)?;
     }
     for (n, i) in path.iter().rev() {
@@ -188,7 +188,13 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
         bufs.push(ctx.buffer(n, *i)?);
     }
     for d in &deltas {
-        bufs.push(ctx.delta_msgs(d)?);
+        // The delta's partitions that overlap the window.
+        let dp = d.pivots();
+        let from = lo.as_deref().map_or(0, |l| child_for(dp, l));
+        let to = hi.as_deref().map_or(dp.len(), |h| child_before(dp, h));
+        for j in from..=to.max(from) {
+            bufs.push(ctx.delta_msgs(d, j)?);
+        }
     }
     for buf in bufs {
         buf.points_in(lo.as_deref().unwrap_or(&[]), hi.as_deref(), &mut points);
@@ -196,6 +202,8 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
     }
     points.sort_by(|a, b| (a.key, a.msn).cmp(&(b.key, b.msn)));
     ranges.sort_by_key(|r| r.msn);
+    // A range delete a delta stores in several partitions is one message.
+    ranges.dedup_by_key(|r| r.msn);
     let mut rows = Vec::with_capacity(last - first + 1);
     let mut scratch = Vec::new();
     for j in first..=last {

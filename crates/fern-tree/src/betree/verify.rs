@@ -2,7 +2,7 @@
 //! messages buffered for the right child), and the backlog diagnostic `pending_messages_for`.
 //! Never: repairs anything.
 
-use super::{delta, range_of, Ctx};
+use super::{delta, intersects, range_of, Ctx};
 use crate::error::{Error, Result};
 use crate::ids::NodeId;
 use crate::msg::Kind;
@@ -25,9 +25,14 @@ pub struct TreeReport {
     pub pending_messages: u64,
     /// Bytes of those messages.
     pub pending_bytes: u64,
-    /// Leaf deltas (format.md "Leaf deltas"); their messages are counted in
-    /// `pending_messages` and `pending_bytes`.
+    /// Leaf deltas (format.md "Leaf deltas"). Their messages are not in `pending_messages`
+    /// (the backlog of internal nodes' buffers, which `Env::backlog` reports without reading
+    /// deltas) but here.
     pub deltas: u64,
+    /// Messages held in leaf deltas.
+    pub delta_messages: u64,
+    /// Bytes of those messages.
+    pub delta_bytes: u64,
 }
 
 /// Walks the whole tree, reading every node, and checks the structural invariants: pivots
@@ -199,34 +204,56 @@ fn check_delta(
 ) -> Result<crate::Msn> {
     let bad = |detail: String| Error::corrupt(format!("leaf delta {}", d.id), detail);
     let node = ctx.fetch(d.id)?;
-    let buf = ctx.delta_msgs(&node)?;
-    if buf.bytes() != d.bytes as usize {
+    let pivots = node.pivots();
+    for p in pivots {
+        if lo.is_some_and(|l| p.as_slice() <= l) || hi.is_some_and(|h| p.as_slice() >= h) {
+            return Err(bad(
+                "pivot outside its leaf's key range (invariant D3)".into()
+            ));
+        }
+    }
+    if pivots.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(bad("pivots out of order (invariant N1)".into()));
+    }
+    let mut bytes = 0;
+    let mut max = below;
+    for i in 0..=pivots.len() {
+        let buf = ctx.delta_msgs(&node, i)?;
+        bytes += buf.bytes();
+        report.delta_messages += buf.count() as u64;
+        report.delta_bytes += buf.bytes() as u64;
+        let (plo, phi) = range_of(pivots, i);
+        let (plo, phi) = (plo.or(lo), phi.or(hi));
+        let mut last = crate::Msn(0);
+        for (m, _) in buf.in_msn_order() {
+            if m.msn <= below || m.msn <= last {
+                return Err(bad(format!(
+                    "message {} in partition {i} is not newer than the leaf, the deltas before \
+                     it ({below}) and the partition's previous message (invariant D2)",
+                    m.msn
+                )));
+            }
+            let outside = if m.kind == Kind::RangeDelete {
+                !intersects(m.key, m.payload, plo, phi)
+            } else {
+                plo.is_some_and(|l| m.key < l) || phi.is_some_and(|h| m.key >= h)
+            };
+            if outside {
+                return Err(bad(format!(
+                    "message in partition {i} outside its key range (invariant D3)"
+                )));
+            }
+            last = m.msn;
+            max = max.max(m.msn);
+        }
+    }
+    if bytes != d.bytes as usize {
         return Err(bad(format!(
-            "holds {} bytes of messages, its parent says {} (invariant D1)",
-            buf.bytes(),
+            "holds {bytes} bytes of messages, its parent says {} (invariant D1)",
             d.bytes
         )));
     }
     report.deltas += 1;
-    report.pending_messages += buf.count() as u64;
-    report.pending_bytes += buf.bytes() as u64;
-    let mut max = below;
-    for (m, _) in buf.in_msn_order() {
-        if m.msn <= max {
-            return Err(bad(format!(
-                "message {} is not newer than the leaf and the deltas before it ({}; invariant D2)",
-                m.msn, max
-            )));
-        }
-        if m.kind != Kind::RangeDelete
-            && (lo.is_some_and(|l| m.key < l) || hi.is_some_and(|h| m.key >= h))
-        {
-            return Err(bad(
-                "message outside its leaf's key range (invariant D3)".into()
-            ));
-        }
-        max = m.msn;
-    }
     Ok(max)
 }
 
@@ -246,7 +273,9 @@ pub(crate) fn pending_for(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<usi
         n += ctx.buffer(&node, i)?.count_for_key(key);
         if let Body::Internal { deltas, .. } = &node.body {
             for d in delta::fetch(ctx, &deltas[i])? {
-                n += ctx.delta_msgs(&d)?.count_for_key(key);
+                n += ctx
+                    .delta_msgs(&d, child_for(d.pivots(), key))?
+                    .count_for_key(key);
             }
         }
         id = children[i];
