@@ -654,7 +654,7 @@ fn decode_basement(id: NodeId, i: usize, frame: &[u8]) -> Result<Arc<Basement>> 
 }
 
 fn decode_delta(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {
-    let what = || format!("leaf delta {id} partition {i}");
+    let what = || format!("leaf delta node {id} partition {i}");
     let raw = codec::decode_partition(frame, &what)?;
     MsgBuffer::decode(&raw, &what)
 }

@@ -181,7 +181,7 @@ fn damaged_delta_is_a_checksum_error_naming_it() {
     match t.verify() {
         Err(Error::Checksum { what, .. }) => {
             assert!(
-                what.contains(&format!("leaf delta {id} partition")),
+                what.contains(&format!("leaf delta node {id} partition")),
                 "error should name the delta: {what}"
             );
         }

@@ -202,7 +202,7 @@ fn check_delta(
     below: crate::Msn,
     report: &mut TreeReport,
 ) -> Result<crate::Msn> {
-    let bad = |detail: String| Error::corrupt(format!("leaf delta {}", d.id), detail);
+    let bad = |detail: String| Error::corrupt(format!("leaf delta node {}", d.id), detail);
     let node = ctx.fetch(d.id)?;
     let pivots = node.pivots();
     for p in pivots {
