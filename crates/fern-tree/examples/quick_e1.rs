@@ -3,6 +3,10 @@
 //! the process) and write amplification by cause (the engine's counters).
 //!
 //! `cargo run --release -p fern-tree --example quick_e1 -- ROWS CACHE_MIB NODE_KIB LOG_MIB`
+//!
+//! `QUICK_E1_DELTAS=K` sets `Options::leaf_deltas` (0: leaf deltas off); `QUICK_E1_LOOKUPS=N`
+//! adds an E2 pass after the inserts: N point reads of inserted keys on the same environment
+//! (its cache as the inserts left it), with CPU time and device reads per lookup.
 use std::ops::Bound;
 use std::time::Instant;
 
@@ -23,8 +27,13 @@ fn main() {
         cache_bytes: cache,
         node_bytes: node,
         log_bytes: log,
+        leaf_deltas: std::env::var("QUICK_E1_DELTAS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(Options::default().leaf_deltas),
         ..Options::default()
     };
+    println!("leaf_deltas {}", opts.leaf_deltas);
     let env = Env::create(&path, opts.clone()).unwrap();
     let t = env.tree("e1").unwrap();
     // QUICK_E1_THREADS=k: k writer threads insert n/k rows each (writers overlapping).
@@ -66,6 +75,13 @@ fn main() {
         s.cache.evictions,
         s.cache.dirty_evictions
     );
+    let lookups: u64 = std::env::var("QUICK_E1_LOOKUPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if lookups > 0 && threads == 1 {
+        point_reads(&env, &t, n, lookups);
+    }
     if std::env::var_os("QUICK_E1_ONLY").is_some() {
         return;
     }
@@ -122,6 +138,53 @@ fn insert_rows(env: &Env, t: &fern_tree::Tree, n: u64, seed: u64) {
     }
 }
 
+/// E2: `count` point reads of keys `insert_rows` inserted (replaying its generator), spread over
+/// the whole insert order; prints CPU time and device reads per lookup (load-insensitive).
+fn point_reads(env: &Env, t: &fern_tree::Tree, n: u64, count: u64) {
+    let mut x: u64 = 0x9E3779B97F4A7C15;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let every = (n / count).max(1);
+    let mut keys = Vec::with_capacity(count as usize);
+    for i in 0..n {
+        let k = [rnd().to_be_bytes(), rnd().to_be_bytes()].concat();
+        for _ in 0..100usize.div_ceil(8) {
+            rnd();
+        }
+        if i % every == 0 && (keys.len() as u64) < count {
+            keys.push(k);
+        }
+    }
+    // Random order, so consecutive lookups do not share a leaf by construction.
+    let mut y: u64 = 42;
+    for i in (1..keys.len()).rev() {
+        y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
+        keys.swap(i, (y >> 33) as usize % (i + 1));
+    }
+    let d0 = env.stats().device;
+    let (u0, s0) = cpu_seconds(libc::RUSAGE_SELF);
+    let t0 = Instant::now();
+    for k in &keys {
+        assert!(t.get(k).unwrap().is_some(), "inserted key not found");
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let (u1, s1) = cpu_seconds(libc::RUSAGE_SELF);
+    let d1 = env.stats().device;
+    let m = keys.len() as f64;
+    println!(
+        "E2 {} lookups: {:.0}/s; cpu {:.2} us/lookup; device reads {:.2}/lookup, {:.1} KiB/lookup",
+        keys.len(),
+        m / el,
+        ((u1 + s1) - (u0 + s0)) * 1e6 / m,
+        (d1.reads - d0.reads) as f64 / m,
+        (d1.bytes_read - d0.bytes_read) as f64 / m / 1024.0
+    );
+}
+
 /// User and system CPU seconds so far of the process (`RUSAGE_SELF`) or the calling thread.
 fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
     // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a valid value.
@@ -161,5 +224,9 @@ fn print_work(s: &fern_tree::Stats) {
         mb(w.leaf_flushed_bytes),
         w.writer_reads,
         mb(s.device.bytes_read),
+    );
+    println!(
+        "leaf deltas: {} flushes wrote a delta, {} merges",
+        w.delta_appends, w.delta_merges
     );
 }

@@ -168,7 +168,7 @@ impl Cache {
         self.evicting.lock()
     }
 
-    /// The dirty leaves among the least recently used leaves nobody else holds that together
+    /// The dirty leaves (and leaf deltas) among the least recently used leaves nobody else holds that together
     /// use `bytes` of memory, least recently used first: what eviction will write next if the
     /// cache has to shed `bytes` (writeback.rs writes them ahead of it). Clean leaves count
     /// toward `bytes` (eviction drops them first) but are not returned.
@@ -179,7 +179,7 @@ impl Cache {
         let map = self.map.lock();
         let mut v: Vec<(u64, &SharedNode)> = map
             .values()
-            .filter(|s| s.node.is_leaf() && Arc::strong_count(&s.node) == 1)
+            .filter(|s| s.node.is_leaf_level() && Arc::strong_count(&s.node) == 1)
             .map(|s| (s.last_use.load(Ordering::Relaxed), &s.node))
             .collect();
         v.sort_unstable_by_key(|e| e.0);
@@ -259,12 +259,16 @@ impl Cache {
         // next flush into it reads and rewrites all of it, and the smaller the buffers the
         // cache keeps, the fewer bytes each leaf flush moves (a leaf is rewritten whole per
         // flush). A leaf is rarely hit twice by random writes before it would be evicted, and
-        // a reader's cold lookup costs one basement, not a node (N5).
+        // a reader's cold lookup costs one basement, not a node (N5). Leaf deltas go with
+        // the leaves: they are read back only by a read of their leaf's range or its merge.
         let mut victims: Vec<(bool, u64, NodeId)> = {
             let map = self.map.lock();
             map.iter()
                 .filter(|(_, s)| Arc::strong_count(&s.node) == 1)
-                .map(|(id, s)| (!s.node.is_leaf(), s.last_use.load(Ordering::Relaxed), *id))
+                .map(|(id, s)| {
+                    let last_use = s.last_use.load(Ordering::Relaxed);
+                    (!s.node.is_leaf_level(), last_use, *id)
+                })
                 .collect()
         };
         victims.sort_unstable();

@@ -6,11 +6,14 @@
 //! read decompresses one partition per level). A writer loads every partition before it changes a
 //! node (invariant N6), so a node that is written is always complete.
 //!
-//! Block layout (all integers little-endian; see docs/format.md "Node block"):
+//! Block layout (all integers little-endian; see docs/format.md "Node block" and "Leaf deltas"):
 //! `magic "FNOD" | version u8 | kind u8 | height u16 | header_len u32 | header_crc u32`
 //! then the header (`node id u64 | nparts u32 | per part: [child id u64 if internal]
+//! [version 2, internal: ndeltas u8, then per delta: id u64 | bytes u32]
 //! [pivot: varint len + bytes, for parts after the first] | frame offset u32 | frame len u32`)
 //! then the partition frames (codec.rs), each compressed and checksummed on its own.
+//! Kind 0 is a leaf, 1 an internal node, 2 a leaf delta (a leaf's layout, with message
+//! partitions instead of basements; height 0).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -26,7 +29,17 @@ use crate::varint::{put_varint, Reader};
 use crate::MAX_KEY_LEN;
 
 const MAGIC: &[u8; 4] = b"FNOD";
-const NODE_VERSION: u8 = 1;
+/// Node version 1: no delta lists. Version 2 (format.md "Leaf deltas"): an internal node's
+/// header names each child's deltas; delta blocks (kind 2) are version 2. A writer writes
+/// version 1 for every node that names no delta, so an environment with deltas off writes the
+/// blocks it always wrote.
+const NODE_VERSION_1: u8 = 1;
+const NODE_VERSION_2: u8 = 2;
+/// Most deltas a child may have (D5); the header stores the count in one byte.
+pub(crate) const MAX_DELTAS_LIMIT: usize = 16;
+const KIND_LEAF: u8 = 0;
+const KIND_INTERNAL: u8 = 1;
+const KIND_DELTA: u8 = 2;
 /// Fixed prefix before the header.
 pub(crate) const PREFIX_LEN: usize = 16;
 /// Bytes read speculatively for a header; most headers fit.
@@ -74,6 +87,15 @@ impl<T> Part<T> {
     }
 }
 
+/// A leaf delta named by its parent (format.md "Leaf deltas"): its node id and the packed
+/// bytes of its messages, so the parent decides between appending and merging (D5) without
+/// reading its deltas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeltaRef {
+    pub id: NodeId,
+    pub bytes: u32,
+}
+
 /// The kind-specific part of a node.
 #[derive(Debug, Clone)]
 pub(crate) enum Body {
@@ -87,6 +109,16 @@ pub(crate) enum Body {
         pivots: Vec<Vec<u8>>,
         children: Vec<NodeId>,
         bufs: Vec<Part<MsgBuffer>>,
+        /// Per child, its leaf deltas oldest first (empty above height 1: invariant D1).
+        deltas: Vec<Vec<DeltaRef>>,
+    },
+    /// A leaf delta: messages flushed into a leaf, written beside it (format.md "Leaf
+    /// deltas"), in partitions split by key like a leaf's basements, so a point read loads one
+    /// (N5). Never changed once created (D4).
+    Delta {
+        /// `pivots[i]` is the smallest key partition `i+1` may hold.
+        pivots: Vec<Vec<u8>>,
+        parts: Vec<Part<MsgBuffer>>,
     },
 }
 
@@ -149,6 +181,11 @@ impl Node {
         matches!(self.body, Body::Leaf { .. })
     }
 
+    /// A leaf or a leaf delta (height 0): what the cache evicts and writes back first.
+    pub(crate) fn is_leaf_level(&self) -> bool {
+        self.height == 0
+    }
+
     pub(crate) fn is_dirty(&self) -> bool {
         self.dirty.load(Ordering::Relaxed)
     }
@@ -159,8 +196,30 @@ impl Node {
 
     pub(crate) fn pivots(&self) -> &[Vec<u8>] {
         match &self.body {
-            Body::Leaf { pivots, .. } | Body::Internal { pivots, .. } => pivots,
+            Body::Leaf { pivots, .. }
+            | Body::Internal { pivots, .. }
+            | Body::Delta { pivots, .. } => pivots,
         }
+    }
+
+    /// A new leaf delta holding `parts` (split at `pivots`).
+    pub(crate) fn new_delta(id: NodeId, pivots: Vec<Vec<u8>>, parts: Vec<MsgBuffer>) -> Node {
+        Node {
+            id,
+            height: 0,
+            body: Body::Delta {
+                pivots,
+                parts: parts.into_iter().map(Part::loaded).collect(),
+            },
+            block: None,
+            dirty: AtomicBool::new(true),
+            mem: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether any child entry names a delta (decides the node version written).
+    fn names_deltas(&self) -> bool {
+        matches!(&self.body, Body::Internal { deltas, .. } if deltas.iter().any(|d| !d.is_empty()))
     }
 
     /// Memory used by what is loaded now.
@@ -171,12 +230,22 @@ impl Node {
                 .iter()
                 .map(|p| p.get().map_or(0, |b| b.mem()) + 48)
                 .sum(),
-            Body::Internal { bufs, children, .. } => {
+            Body::Internal {
+                bufs,
+                children,
+                deltas,
+                ..
+            } => {
                 bufs.iter()
                     .map(|p| p.get().map_or(0, MsgBuffer::mem) + 48)
                     .sum::<usize>()
                     + children.capacity() * 8
+                    + deltas.iter().map(|d| d.capacity() * 16 + 24).sum::<usize>()
             }
+            Body::Delta { parts, .. } => parts
+                .iter()
+                .map(|p| p.get().map_or(0, MsgBuffer::mem) + 48)
+                .sum(),
         };
         std::mem::size_of::<Node>() + piv + parts
     }
@@ -185,7 +254,9 @@ impl Node {
     pub(crate) fn fully_loaded(&self) -> bool {
         match &self.body {
             Body::Leaf { parts, .. } => parts.iter().all(|p| p.get().is_some()),
-            Body::Internal { bufs, .. } => bufs.iter().all(|p| p.get().is_some()),
+            Body::Internal { bufs, .. } | Body::Delta { parts: bufs, .. } => {
+                bufs.iter().all(|p| p.get().is_some())
+            }
         }
     }
 
@@ -195,7 +266,7 @@ impl Node {
             Body::Leaf { parts, .. } => {
                 parts.iter().map(|p| p.get().map_or(0, |b| b.bytes())).sum()
             }
-            Body::Internal { bufs, .. } => bufs
+            Body::Internal { bufs, .. } | Body::Delta { parts: bufs, .. } => bufs
                 .iter()
                 .map(|p| p.get().map_or(0, MsgBuffer::bytes))
                 .sum(),
@@ -205,13 +276,22 @@ impl Node {
     /// Encodes the whole node as a block. Every partition must be loaded (invariant N6).
     pub(crate) fn encode(&self, comp: Compression) -> Vec<u8> {
         let pivots = self.pivots();
-        let internal = !self.is_leaf();
+        let (kind, version) = match &self.body {
+            Body::Leaf { .. } => (KIND_LEAF, NODE_VERSION_1),
+            Body::Internal { .. } if self.names_deltas() => (KIND_INTERNAL, NODE_VERSION_2),
+            Body::Internal { .. } => (KIND_INTERNAL, NODE_VERSION_1),
+            Body::Delta { .. } => (KIND_DELTA, NODE_VERSION_2),
+        };
+        let internal = kind == KIND_INTERNAL;
         let nparts = pivots.len() + 1;
         // The header's length does not depend on the frames, so frames are compressed straight
         // into the output after a header-sized gap that is filled in at the end.
         let mut header_len = 8 + 4 + nparts * 8;
         if internal {
             header_len += nparts * 8;
+        }
+        if let (Body::Internal { deltas, .. }, NODE_VERSION_2) = (&self.body, version) {
+            header_len += deltas.iter().map(|d| 1 + d.len() * 12).sum::<usize>();
         }
         for p in pivots {
             header_len += crate::varint::varint_len(p.len() as u64) + p.len();
@@ -228,7 +308,7 @@ impl Node {
                     .get()
                     .expect("encoding a node with unloaded partitions (invariant N6)")
                     .encode(&mut raw),
-                Body::Internal { bufs, .. } => bufs[i]
+                Body::Internal { bufs, .. } | Body::Delta { parts: bufs, .. } => bufs[i]
                     .get()
                     .expect("encoding a node with unloaded partitions (invariant N6)")
                     .encode(&mut raw),
@@ -241,8 +321,19 @@ impl Node {
         header.extend_from_slice(&self.id.0.to_le_bytes());
         header.extend_from_slice(&(nparts as u32).to_le_bytes());
         for (i, (off, len)) in frames.iter().enumerate() {
-            if let Body::Internal { children, .. } = &self.body {
+            if let Body::Internal {
+                children, deltas, ..
+            } = &self.body
+            {
                 header.extend_from_slice(&children[i].0.to_le_bytes());
+                if version == NODE_VERSION_2 {
+                    // D5 bounds a list far below 255; MAX_DELTAS_LIMIT caps the option.
+                    header.push(deltas[i].len() as u8);
+                    for d in &deltas[i] {
+                        header.extend_from_slice(&d.id.0.to_le_bytes());
+                        header.extend_from_slice(&d.bytes.to_le_bytes());
+                    }
+                }
             }
             if i > 0 {
                 put_varint(&mut header, pivots[i - 1].len() as u64);
@@ -253,8 +344,8 @@ impl Node {
         }
         debug_assert_eq!(header.len(), header_len);
         out[0..4].copy_from_slice(MAGIC);
-        out[4] = NODE_VERSION;
-        out[5] = u8::from(internal);
+        out[4] = version;
+        out[5] = kind;
         out[6..8].copy_from_slice(&self.height.to_le_bytes());
         out[8..12].copy_from_slice(&(header_len as u32).to_le_bytes());
         out[12..16].copy_from_slice(&crc32c::crc32c(&header).to_le_bytes());
@@ -286,17 +377,21 @@ impl Node {
         if &p[0..4] != MAGIC {
             return Err(Error::corrupt(what_node(), "bad magic"));
         }
-        if p[4] != NODE_VERSION {
+        let version = p[4];
+        if version != NODE_VERSION_1 && version != NODE_VERSION_2 {
             return Err(Error::corrupt(
                 what_node(),
-                format!("unknown node version {}", p[4]),
+                format!("unknown node version {version}"),
             ));
         }
-        let internal = match p[5] {
-            0 => false,
-            1 => true,
-            k => return Err(Error::corrupt(what_node(), format!("bad node kind {k}"))),
-        };
+        let kind = p[5];
+        if kind > KIND_DELTA || (kind == KIND_DELTA && version < NODE_VERSION_2) {
+            return Err(Error::corrupt(
+                what_node(),
+                format!("bad node kind {kind} for node version {version}"),
+            ));
+        }
+        let internal = kind == KIND_INTERNAL;
         let height = u16::from_le_bytes([p[6], p[7]]);
         let header_len = u32::from_le_bytes([p[8], p[9], p[10], p[11]]) as usize;
         let header_crc = u32::from_le_bytes([p[12], p[13], p[14], p[15]]);
@@ -335,10 +430,26 @@ impl Node {
         }
         let mut pivots = Vec::with_capacity(nparts - 1);
         let mut children = Vec::new();
+        let mut deltas = Vec::new();
         let mut frames = Vec::with_capacity(nparts);
         for i in 0..nparts {
             if internal {
                 children.push(NodeId(r.u64()?));
+                let mut list = Vec::new();
+                if version == NODE_VERSION_2 {
+                    let n = r.u8()? as usize;
+                    if n > MAX_DELTAS_LIMIT || (n > 0 && height != 1) {
+                        return Err(r.err(format!(
+                            "child {i} names {n} deltas at height {height} (invariant D1, D5)"
+                        )));
+                    }
+                    for _ in 0..n {
+                        let id = NodeId(r.u64()?);
+                        let bytes = r.u32()?;
+                        list.push(DeltaRef { id, bytes });
+                    }
+                }
+                deltas.push(list);
             }
             if i > 0 {
                 let pv = r.len_prefixed(MAX_KEY_LEN)?.to_vec();
@@ -357,6 +468,12 @@ impl Node {
             }
             frames.push((off, flen));
         }
+        fn unloaded<T>(&f: &(u32, u32)) -> Part<T> {
+            Part {
+                cell: OnceLock::new(),
+                frame: Some(f),
+            }
+        }
         let mut node = Node {
             id,
             height,
@@ -364,24 +481,18 @@ impl Node {
                 Body::Internal {
                     pivots,
                     children,
-                    bufs: frames
-                        .iter()
-                        .map(|&f| Part {
-                            cell: OnceLock::new(),
-                            frame: Some(f),
-                        })
-                        .collect(),
+                    bufs: frames.iter().map(unloaded).collect(),
+                    deltas,
+                }
+            } else if kind == KIND_DELTA {
+                Body::Delta {
+                    pivots,
+                    parts: frames.iter().map(unloaded).collect(),
                 }
             } else {
                 Body::Leaf {
                     pivots,
-                    parts: frames
-                        .iter()
-                        .map(|&f| Part {
-                            cell: OnceLock::new(),
-                            frame: Some(f),
-                        })
-                        .collect(),
+                    parts: frames.iter().map(unloaded).collect(),
                 }
             },
             block: Some(loc),
@@ -414,6 +525,15 @@ impl Node {
                         let frame = &block[off as usize..(off + len) as usize];
                         let b = decode_buffer(id, i, frame)?;
                         let _ = p.cell.set(b);
+                    }
+                }
+            }
+            Body::Delta { parts, .. } => {
+                for (i, p) in parts.iter_mut().enumerate() {
+                    if p.get().is_none() {
+                        let (off, len) = p.frame.unwrap_or((0, 0));
+                        let frame = &block[off as usize..(off + len) as usize];
+                        let _ = p.cell.set(decode_delta(id, i, frame)?);
                     }
                 }
             }
@@ -457,6 +577,27 @@ impl Node {
             &parts[i],
             |frame| decode_basement(self.id, i, frame),
             |b| b.mem(),
+        )
+    }
+
+    /// Partition `i` of a leaf delta's messages, loading it if needed.
+    pub(crate) fn delta_msgs(
+        &self,
+        dev: &dyn BlockDevice,
+        i: usize,
+    ) -> Result<(&MsgBuffer, usize)> {
+        let Body::Delta { parts, .. } = &self.body else {
+            return Err(Error::corrupt(
+                format!("node {}", self.id),
+                "expected a leaf delta (the parent names a node of another kind)",
+            ));
+        };
+        load_part(
+            dev,
+            self,
+            &parts[i],
+            |frame| decode_delta(self.id, i, frame),
+            MsgBuffer::mem,
         )
     }
 
@@ -510,6 +651,12 @@ fn decode_basement(id: NodeId, i: usize, frame: &[u8]) -> Result<Arc<Basement>> 
     let what = || format!("node {id} partition {i}");
     let raw = codec::decode_partition(frame, &what)?;
     Basement::decode(&raw, &what).map(Arc::new)
+}
+
+fn decode_delta(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {
+    let what = || format!("leaf delta node {id} partition {i}");
+    let raw = codec::decode_partition(frame, &what)?;
+    MsgBuffer::decode(&raw, &what)
 }
 
 fn decode_buffer(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {

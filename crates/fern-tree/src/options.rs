@@ -73,6 +73,12 @@ pub struct Options {
     /// keeps this length (format.md, "Space and the reserve"). `None`: the image grows as its
     /// device allows. A device with a capacity of its own (a disk) is limited by that anyway.
     pub capacity: Option<u64>,
+    /// Most leaf deltas a leaf may have before a flush into it rewrites it (format.md "Leaf
+    /// deltas"): a flush into a leaf writes only the messages it moves, as a delta named by the
+    /// parent, and the leaf is rewritten once per this many flushes plus one. 0 turns deltas
+    /// off (every flush rewrites its leaf). A point read of a cold leaf reads up to this many
+    /// small delta blocks besides the leaf's basement. At most 16.
+    pub leaf_deltas: usize,
 }
 
 impl Default for Options {
@@ -92,6 +98,7 @@ impl Default for Options {
             read_only: false,
             cut_damaged_log: false,
             capacity: None,
+            leaf_deltas: 3,
         }
     }
 }
@@ -127,6 +134,13 @@ impl Options {
             return Err(Error::InvalidArgument(format!(
                 "log_bytes must be a multiple of 4096 from 16 KiB to 4 GiB (got {})",
                 self.log_bytes
+            )));
+        }
+        if self.leaf_deltas > crate::node::MAX_DELTAS_LIMIT {
+            return Err(Error::InvalidArgument(format!(
+                "leaf_deltas must be at most {} (got {})",
+                crate::node::MAX_DELTAS_LIMIT,
+                self.leaf_deltas
             )));
         }
         Ok(())

@@ -79,6 +79,11 @@ pub struct WorkStats {
     /// Of the flushes above, those the background root drain ran (drain.rs) rather than a
     /// writer inside its batch.
     pub drained_flushes: u64,
+    /// Of the leaf flushes, those that wrote their messages as a leaf delta (format.md "Leaf
+    /// deltas") instead of rewriting the leaf.
+    pub delta_appends: u64,
+    /// Leaf flushes (or merges of small leaves) that folded a leaf's deltas into it.
+    pub delta_merges: u64,
 }
 
 impl Stats {
@@ -132,6 +137,8 @@ pub(crate) struct Counters {
     leaf_flushed_bytes: AtomicU64,
     writer_reads: AtomicU64,
     drained_flushes: AtomicU64,
+    delta_appends: AtomicU64,
+    delta_merges: AtomicU64,
 }
 
 /// Why a node block is written.
@@ -170,6 +177,17 @@ impl Counters {
         }
     }
 
+    /// Counts a leaf flush written as a delta (`merge` false) or a fold of a leaf's deltas
+    /// into it (`merge` true).
+    pub(crate) fn delta(&self, merge: bool) {
+        let c = if merge {
+            &self.delta_merges
+        } else {
+            &self.delta_appends
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a node a writer read from the device.
     pub(crate) fn writer_read(&self) {
         self.writer_reads.fetch_add(1, Ordering::Relaxed);
@@ -200,6 +218,8 @@ impl Counters {
             leaf_flushed_bytes: l(&self.leaf_flushed_bytes),
             writer_reads: l(&self.writer_reads),
             drained_flushes: l(&self.drained_flushes),
+            delta_appends: l(&self.delta_appends),
+            delta_merges: l(&self.delta_merges),
         }
     }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{covers_all, intersects, range_of, Ctx};
+use super::{covers_all, delta, intersects, range_of, Ctx};
 use crate::basement::Basement;
 use crate::buffer::MsgBuffer;
 use crate::error::Result;
@@ -55,10 +55,17 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
             }
             normalize_basements(pivots, parts, ctx.shape.basement_bytes);
         }
+        Body::Delta { .. } => {
+            return Err(crate::error::Error::corrupt(
+                format!("node {}", node.id),
+                "messages pushed into a leaf delta (invariant D4)",
+            ))
+        }
         Body::Internal {
             pivots,
             children,
             bufs,
+            deltas,
         } => {
             let mut fresh = Vec::new();
             for (m, raw) in msgs.in_msn_order() {
@@ -80,6 +87,7 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
                         fresh.push(leaf.id);
                         ctx.put(leaf);
                         *bufs[i].get_mut() = MsgBuffer::new();
+                        delta::free(ctx, &mut deltas[i]);
                         drop_subtree(ctx, old)?;
                     } else {
                         bufs[i].get_mut().push_raw(raw);
@@ -96,10 +104,11 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
                     break;
                 }
                 if let Some(at) = children.iter().position(|&c| c == id) {
-                    if bufs[at].get_mut().is_empty() {
+                    if bufs[at].get_mut().is_empty() && deltas[at].is_empty() {
                         ctx.free(id);
                         children.remove(at);
                         bufs.remove(at);
+                        deltas.remove(at);
                         pivots.remove(at.saturating_sub(1));
                     }
                 }
@@ -109,13 +118,20 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
     Ok(())
 }
 
-/// Frees every node of a subtree, reading only internal nodes' headers.
+/// Frees every node of a subtree, with the leaf deltas its nodes name, reading only internal
+/// nodes' headers.
 fn drop_subtree(ctx: &Ctx<'_>, id: NodeId) -> Result<()> {
     let mut stack = vec![id];
     while let Some(id) = stack.pop() {
         let node = ctx.fetch(id)?;
-        if let Body::Internal { children, .. } = &node.body {
+        if let Body::Internal {
+            children, deltas, ..
+        } = &node.body
+        {
             stack.extend(children.iter().copied());
+            for d in deltas.iter().flatten() {
+                ctx.free(d.id);
+            }
         }
         drop(node);
         ctx.free(id);

@@ -5,6 +5,7 @@
 //! Never: encodes messages into nodes (apply.rs) or chooses split points (reshape.rs).
 
 use super::apply::push_down;
+use super::delta;
 use super::reshape::{is_empty_leaf, is_small, merge_small_child, split_if_needed};
 use super::{Ctx, Shape};
 use crate::buffer::MsgBuffer;
@@ -64,12 +65,14 @@ fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
         let mut pivots = Vec::new();
         let mut children = Vec::new();
         let mut bufs = Vec::new();
+        let mut deltas = Vec::new();
         for (pivot, n) in pieces {
             if let Some(p) = pivot {
                 pivots.push(p);
             }
             children.push(n.id);
             bufs.push(Part::loaded(MsgBuffer::new()));
+            deltas.push(Vec::new());
             ctx.put(n);
         }
         let root = Node {
@@ -79,6 +82,7 @@ fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
                 pivots,
                 children,
                 bufs,
+                deltas,
             },
             block: None,
             dirty: Default::default(),
@@ -91,11 +95,18 @@ fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
     let (_, mut node) = pieces
         .pop()
         .ok_or_else(|| Error::corrupt("tree", "split lost the root"))?;
-    // Collapse a root that has one child and nothing buffered for it (the tree shrinks at the top).
+    // Collapse a root that has one child and nothing buffered for it, in its buffer or as
+    // deltas (the tree shrinks at the top).
     loop {
         let only_child = match &mut node.body {
-            Body::Internal { children, bufs, .. }
-                if children.len() == 1 && bufs[0].get().is_some_and(MsgBuffer::is_empty) =>
+            Body::Internal {
+                children,
+                bufs,
+                deltas,
+                ..
+            } if children.len() == 1
+                && deltas[0].is_empty()
+                && bufs[0].get().is_some_and(MsgBuffer::is_empty) =>
             {
                 children[0]
             }
@@ -294,7 +305,9 @@ fn reclaim_in(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
 
 /// Moves child `i`'s whole buffer into the child (invariant N4: a flush moves every message
 /// for the child, so messages above are always newer than messages below), then fixes the
-/// child's shape.
+/// child's shape. Into a leaf, a normal flush (`Below::IfNeeded`) writes the messages as a new
+/// leaf delta when the child's chain has room (D5), without reading or changing the leaf; every
+/// other flush into a leaf first folds the leaf's deltas into it (the merge).
 ///
 /// Returns the ids of the pieces the child became and, if a merge followed, the merged node's
 /// id (which `flush_all` must visit again: the merge may have pushed messages into it).
@@ -304,17 +317,32 @@ fn flush_child(
     i: usize,
     below: Below<'_>,
 ) -> Result<(Vec<NodeId>, Option<NodeId>)> {
+    let parent_of_leaves = node.height == 1;
     let Body::Internal {
         pivots,
         children,
         bufs,
+        deltas,
     } = &mut node.body
     else {
         return Ok((Vec::new(), None));
     };
-    let msgs = std::mem::take(bufs[i].get_mut());
+    let mut msgs = std::mem::take(bufs[i].get_mut());
+    if parent_of_leaves {
+        ctx.counters.flushed(true, msgs.bytes());
+        if matches!(below, Below::IfNeeded) && delta::may_append(ctx.shape, &deltas[i], &msgs) {
+            delta::append(ctx, &mut deltas[i], msgs);
+            let id = children[i];
+            node.set_dirty(true);
+            return Ok((vec![id], None));
+        }
+        // Anything that changes the leaf itself merges its deltas first (D5).
+        msgs = delta::fold(ctx, &mut deltas[i], msgs)?;
+    }
     let mut child = ctx.take(children[i])?;
-    ctx.counters.flushed(child.is_leaf(), msgs.bytes());
+    if !parent_of_leaves {
+        ctx.counters.flushed(child.is_leaf(), msgs.bytes());
+    }
     push_down(ctx, &mut child, &msgs)?;
     drop(msgs);
     match below {
@@ -342,6 +370,7 @@ fn flush_child(
             pivots.insert(at - 1, pivot.unwrap_or_default());
             children.insert(at, piece.id);
             bufs.insert(at, Part::loaded(MsgBuffer::new()));
+            deltas.insert(at, Vec::new());
         }
         if is_empty_leaf(&piece) {
             empties.push(at);
@@ -352,10 +381,11 @@ fn flush_child(
     }
     // An empty leaf with nothing pending leaves the tree; a neighbour takes its key range.
     for at in empties.into_iter().rev() {
-        if children.len() > 1 && bufs[at].get_mut().is_empty() {
+        if children.len() > 1 && bufs[at].get_mut().is_empty() && deltas[at].is_empty() {
             ctx.free(children[at]);
             children.remove(at);
             bufs.remove(at);
+            deltas.remove(at);
             pivots.remove(at.saturating_sub(1));
         }
     }
@@ -363,7 +393,7 @@ fn flush_child(
     let mut at = i;
     let mut merged = None;
     while small && children.len() > 1 {
-        match merge_small_child(ctx, pivots, children, bufs, at)? {
+        match merge_small_child(ctx, pivots, children, bufs, deltas, at)? {
             Some((merged_at, still_small)) => {
                 at = merged_at;
                 small = still_small;

@@ -11,11 +11,14 @@
 //!   node's child buffers);
 //! - `flush.rs`: the writer's entry points and the flush policy (when and which buffer moves
 //!   down: size, hot keys, optimize, space reclamation);
+//! - `delta.rs`: leaf deltas (a flush into a leaf written beside it; the merge that folds
+//!   them in; the deltas a reader applies);
 //! - `reshape.rs`: splitting nodes over their limits and merging small ones;
 //! - `read.rs`: point lookups and leaf windows for cursors;
 //! - `verify.rs`: the invariant walk (`Tree::verify`, fsck) and backlog diagnostics.
 
 mod apply;
+mod delta;
 mod flush;
 mod read;
 mod reshape;
@@ -48,6 +51,10 @@ pub(crate) struct Shape {
     pub basement_bytes: usize,
     pub fanout: usize,
     pub compression: Compression,
+    /// Most leaf deltas per child (format.md "Leaf deltas", D5); 0: every flush into a leaf
+    /// rewrites it. Not stored in the image: an environment opened with deltas off reads the
+    /// deltas it finds and merges them on their leaf's next flush.
+    pub leaf_deltas: usize,
 }
 
 /// Everything the algorithms need from the environment.
@@ -129,6 +136,12 @@ impl Ctx<'_> {
 
     fn basement<'n>(&self, node: &'n Node, i: usize) -> Result<&'n Arc<Basement>> {
         let (b, added) = node.basement(self.dev.as_ref(), i)?;
+        self.cache.grew(node, added);
+        Ok(b)
+    }
+
+    fn delta_msgs<'n>(&self, node: &'n Node, i: usize) -> Result<&'n MsgBuffer> {
+        let (b, added) = node.delta_msgs(self.dev.as_ref(), i)?;
         self.cache.grew(node, added);
         Ok(b)
     }

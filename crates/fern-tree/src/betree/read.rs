@@ -4,14 +4,30 @@
 
 use std::sync::Arc;
 
-use super::{intersects, range_of, Ctx};
+use super::{delta, intersects, range_of, Ctx};
 use crate::basement::Basement;
-use crate::error::Result;
-use crate::ids::NodeId;
-use crate::msg::{self, MsgRef};
+use crate::buffer::MsgBuffer;
+use crate::error::{Error, Result};
+use crate::ids::{Msn, NodeId};
+use crate::msg::{self, MsgRef, UpsertRegistry};
 use crate::node::{child_before, child_for, Body, SharedNode};
 
-/// Point lookup: the leaf's row with every pending message on the path applied, oldest first.
+/// The leaf deltas between the last node of `path` and the leaf below it (D1: only a height-1
+/// node names deltas), oldest first.
+fn leaf_deltas(ctx: &Ctx<'_>, path: &[(SharedNode, usize)]) -> Result<Vec<SharedNode>> {
+    match path.last() {
+        Some((n, i)) => match &n.body {
+            Body::Internal { deltas, .. } => delta::fetch(ctx, &deltas[*i]),
+            _ => Ok(Vec::new()),
+        },
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Point lookup: the leaf's row with every pending message on the path applied, oldest first:
+/// the leaf's deltas (format.md "Leaf deltas", D2), then each ancestor's buffer from the
+/// leaf's parent up. A cold read reads one partition per level plus the leaf's deltas
+/// (at most `Shape::leaf_deltas` small blocks).
 pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
     let mut path: Vec<(SharedNode, usize)> = Vec::new();
     let mut id = root;
@@ -26,28 +42,52 @@ pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<
                 id = children[i];
                 path.push((n.clone(), i));
             }
+            Body::Delta { .. } => {
+                return Err(Error::corrupt(
+                    format!("node {id}"),
+                    "a leaf delta named as a child (invariant D1)",
+                ))
+            }
         }
     };
     let b = ctx.basement(&leaf, child_for(leaf.pivots(), key))?;
     let floor = b.max_msn;
     let mut value = b.get(key).map(<[u8]>::to_vec);
     let mut points = Vec::new();
+    let deltas = leaf_deltas(ctx, &path)?;
+    for d in &deltas {
+        let buf = ctx.delta_msgs(d, child_for(d.pivots(), key))?;
+        value = fold_key(buf, key, floor, value, &mut points, ctx.upserts)?;
+    }
     for (n, i) in path.iter().rev() {
         let buf = ctx.buffer(n, *i)?;
-        points.clear();
-        buf.for_key(key, &mut points);
-        let mut ranges = buf.ranges().filter(|r| r.covers(key)).peekable();
-        for m in points.iter().filter(|m| m.msn > floor) {
-            while let Some(r) = ranges.next_if(|r| r.msn < m.msn) {
-                if r.msn > floor {
-                    value = None;
-                }
+        value = fold_key(buf, key, floor, value, &mut points, ctx.upserts)?;
+    }
+    Ok(value)
+}
+
+/// Applies `buf`'s messages for `key` newer than `floor` to `value`, in MSN order.
+fn fold_key<'b>(
+    buf: &'b MsgBuffer,
+    key: &[u8],
+    floor: Msn,
+    mut value: Option<Vec<u8>>,
+    points: &mut Vec<MsgRef<'b>>,
+    upserts: &UpsertRegistry,
+) -> Result<Option<Vec<u8>>> {
+    points.clear();
+    buf.for_key(key, points);
+    let mut ranges = buf.ranges().filter(|r| r.covers(key)).peekable();
+    for m in points.iter().filter(|m| m.msn > floor) {
+        while let Some(r) = ranges.next_if(|r| r.msn < m.msn) {
+            if r.msn > floor {
+                value = None;
             }
-            value = msg::apply(m, key, value, ctx.upserts)?;
         }
-        if ranges.any(|r| r.msn > floor) {
-            value = None;
-        }
+        value = msg::apply(m, key, value, upserts)?;
+    }
+    if ranges.any(|r| r.msn > floor) {
+        value = None;
     }
     Ok(value)
 }
@@ -138,16 +178,32 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
     if last + 1 < nparts {
         hi = Some(pivots[last].clone());
     }
-    // Pending messages for the window, from every ancestor, in (key, MSN) order.
+    // Pending messages for the window, from every ancestor and the leaf's deltas, in (key,
+    // MSN) order.
+    let deltas = leaf_deltas(ctx, &path)?;
     let mut points: Vec<MsgRef<'_>> = Vec::new();
     let mut ranges: Vec<MsgRef<'_>> = Vec::new();
+    let mut bufs = Vec::with_capacity(path.len() + deltas.len());
     for (n, i) in &path {
-        let buf = ctx.buffer(n, *i)?;
+        bufs.push(ctx.buffer(n, *i)?);
+    }
+    for d in &deltas {
+        // The delta's partitions that overlap the window.
+        let dp = d.pivots();
+        let from = lo.as_deref().map_or(0, |l| child_for(dp, l));
+        let to = hi.as_deref().map_or(dp.len(), |h| child_before(dp, h));
+        for j in from..=to.max(from) {
+            bufs.push(ctx.delta_msgs(d, j)?);
+        }
+    }
+    for buf in bufs {
         buf.points_in(lo.as_deref().unwrap_or(&[]), hi.as_deref(), &mut points);
         ranges.extend(buf.ranges());
     }
     points.sort_by(|a, b| (a.key, a.msn).cmp(&(b.key, b.msn)));
     ranges.sort_by_key(|r| r.msn);
+    // A range delete a delta stores in several partitions is one message.
+    ranges.dedup_by_key(|r| r.msn);
     let mut rows = Vec::with_capacity(last - first + 1);
     let mut scratch = Vec::new();
     for j in first..=last {

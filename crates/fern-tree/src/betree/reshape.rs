@@ -4,22 +4,24 @@
 //! Never: decides when to flush (flush.rs).
 
 use super::apply::{normalize_basements, push_down};
-use super::{Ctx, Shape};
+use super::{delta, Ctx, Shape};
 use crate::buffer::MsgBuffer;
 use crate::error::{Error, Result};
 use crate::ids::NodeId;
-use crate::node::{Body, Node, Part};
+use crate::node::{Body, DeltaRef, Node, Part};
 
 /// Merges the small child `at` with a neighbour of the same kind when the result stays well
 /// under the limits (so it does not split again at once). Messages pending in this node for the
 /// two children are pushed into them first, so afterwards nothing is buffered above the merged
 /// node for its range but messages newer than everything in it (invariant N4), which keeps the
-/// per-basement MSN floors of the merged leaves valid.
+/// per-basement MSN floors of the merged leaves valid. Leaves' deltas are folded in with those
+/// messages (D5: reshaping a leaf merges first).
 pub(super) fn merge_small_child(
     ctx: &Ctx<'_>,
     pivots: &mut Vec<Vec<u8>>,
     children: &mut Vec<NodeId>,
     bufs: &mut Vec<Part<MsgBuffer>>,
+    deltas: &mut Vec<Vec<DeltaRef>>,
     at: usize,
 ) -> Result<Option<(usize, bool)>> {
     let byte_limit = ctx.shape.node_bytes * 3 / 4;
@@ -31,7 +33,9 @@ pub(super) fn merge_small_child(
         }
         let mut left = ctx.take(children[l])?;
         let mut right = ctx.take(children[r])?;
-        let pending = bufs[l].get_mut().growth_bound() + bufs[r].get_mut().growth_bound();
+        let held = |k: usize| deltas[k].iter().map(|d| d.bytes as usize).sum::<usize>();
+        let pending =
+            bufs[l].get_mut().growth_bound() + bufs[r].get_mut().growth_bound() + held(l) + held(r);
         let fits = match (&left.body, &right.body) {
             (Body::Leaf { .. }, Body::Leaf { .. }) => {
                 left.payload_bytes() + right.payload_bytes() + pending <= byte_limit
@@ -49,6 +53,7 @@ pub(super) fn merge_small_child(
         }
         for (node, k) in [(&mut left, l), (&mut right, r)] {
             let msgs = std::mem::take(bufs[k].get_mut());
+            let msgs = delta::fold(ctx, &mut deltas[k], msgs)?;
             push_down(ctx, node, &msgs)?;
         }
         let Node {
@@ -87,21 +92,25 @@ pub(super) fn merge_small_child(
                     pivots: mut lp,
                     children: mut lc,
                     bufs: mut lb,
+                    deltas: mut ld,
                 },
                 Body::Internal {
                     pivots: rp,
                     children: rc,
                     bufs: rb,
+                    deltas: rd,
                 },
             ) => {
                 lp.push(pivots[l].clone());
                 lp.extend(rp);
                 lc.extend(rc);
                 lb.extend(rb);
+                ld.extend(rd);
                 Body::Internal {
                     pivots: lp,
                     children: lc,
                     bufs: lb,
+                    deltas: ld,
                 }
             }
             _ => return Err(Error::corrupt("tree", "merging nodes of different kinds")),
@@ -117,6 +126,7 @@ pub(super) fn merge_small_child(
         ctx.free(rid);
         children.remove(r);
         bufs.remove(r);
+        deltas.remove(r);
         pivots.remove(l);
         let still_small = is_small(ctx.shape, &merged);
         ctx.put(merged);
@@ -130,6 +140,7 @@ pub(super) fn is_small(shape: &Shape, node: &Node) -> bool {
     match &node.body {
         Body::Leaf { .. } => node.payload_bytes() < shape.node_bytes / 4,
         Body::Internal { children, .. } => children.len() <= (shape.fanout / 4).max(1),
+        Body::Delta { .. } => false,
     }
 }
 
@@ -166,9 +177,10 @@ pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>
             let k = n.div_ceil(shape.fanout).max(2);
             (0..k).map(|g| (g * n / k, (g + 1) * n / k)).collect()
         }
+        Body::Delta { .. } => return vec![(None, node)],
     };
     let lowers: Vec<Option<Vec<u8>>> = {
-        let (Body::Leaf { pivots, .. } | Body::Internal { pivots, .. }) = &node.body;
+        let pivots = node.pivots();
         groups
             .iter()
             .map(|&(start, _)| (start > 0).then(|| pivots[start - 1].clone()))
@@ -192,17 +204,22 @@ pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>
             pivots,
             children,
             bufs,
+            deltas,
         } => {
             let mut bufs = bufs.into_iter();
+            // Each child's delta list moves with the child (D1).
+            let mut deltas = deltas.into_iter();
             groups
                 .iter()
                 .map(|&(start, end)| Body::Internal {
                     pivots: pivots[start..end - 1].to_vec(),
                     children: children[start..end].to_vec(),
                     bufs: bufs.by_ref().take(end - start).collect(),
+                    deltas: deltas.by_ref().take(end - start).collect(),
                 })
                 .collect()
         }
+        delta @ Body::Delta { .. } => vec![delta],
     };
     lowers
         .into_iter()

@@ -2,7 +2,7 @@
 //! messages buffered for the right child), and the backlog diagnostic `pending_messages_for`.
 //! Never: repairs anything.
 
-use super::{range_of, Ctx};
+use super::{delta, intersects, range_of, Ctx};
 use crate::error::{Error, Result};
 use crate::ids::NodeId;
 use crate::msg::Kind;
@@ -25,12 +25,22 @@ pub struct TreeReport {
     pub pending_messages: u64,
     /// Bytes of those messages.
     pub pending_bytes: u64,
+    /// Leaf deltas (format.md "Leaf deltas"). Their messages are not in `pending_messages`
+    /// (the backlog of internal nodes' buffers, which `Env::backlog` reports without reading
+    /// deltas) but here.
+    pub deltas: u64,
+    /// Messages held in leaf deltas.
+    pub delta_messages: u64,
+    /// Bytes of those messages.
+    pub delta_bytes: u64,
 }
 
 /// Walks the whole tree, reading every node, and checks the structural invariants: pivots
 /// ascend and lie inside the parent's range (N1), rows ascend and lie inside their basement's
 /// range (N2), buffered messages belong to their child's range, and every message buffered for
-/// a child is newer than everything below it (N4).
+/// a child is newer than everything below it (N4); a leaf's deltas hold messages of its range
+/// (D3), newer than its rows and in MSN order along the chain (D2), and their names and sizes
+/// match the parent's entry (D1).
 pub(crate) fn verify(ctx: &Ctx<'_>, root: NodeId) -> Result<TreeReport> {
     let mut report = TreeReport::default();
     walk(ctx, root, None, None, 1, &mut report, &mut |_, _, _, e| {
@@ -131,17 +141,33 @@ fn walk(
                 }
             }
         }
-        Body::Internal { children, .. } => {
+        Body::Delta { .. } => {
+            return Err(bad("a leaf delta named as a child (invariant D1)".into()));
+        }
+        Body::Internal {
+            children, deltas, ..
+        } => {
             report.internal += 1;
             for (i, &child) in children.iter().enumerate() {
                 let (clo, chi) = bound(i);
-                let below = match walk(ctx, child, clo, chi, depth + 1, report, sink) {
+                if !deltas[i].is_empty() && node.height != 1 {
+                    return Err(bad(format!(
+                        "child {i} above height 1 names leaf deltas (invariant D1)"
+                    )));
+                }
+                let mut below = match walk(ctx, child, clo, chi, depth + 1, report, sink) {
                     Ok(b) => b,
                     Err(e) => {
                         sink(child, clo, chi, e)?;
                         continue;
                     }
                 };
+                for d in &deltas[i] {
+                    match check_delta(ctx, d, clo, chi, below, report) {
+                        Ok(m) => below = m,
+                        Err(e) => sink(d.id, clo, chi, e)?,
+                    }
+                }
                 let buf = ctx.buffer(&node, i)?;
                 report.pending_messages += buf.count() as u64;
                 report.pending_bytes += buf.bytes() as u64;
@@ -166,6 +192,71 @@ fn walk(
     Ok(max)
 }
 
+/// Checks one leaf delta against D1–D3 given the highest MSN below it (the leaf's, or the
+/// previous delta's); returns its own highest MSN.
+fn check_delta(
+    ctx: &Ctx<'_>,
+    d: &crate::node::DeltaRef,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    below: crate::Msn,
+    report: &mut TreeReport,
+) -> Result<crate::Msn> {
+    let bad = |detail: String| Error::corrupt(format!("leaf delta node {}", d.id), detail);
+    let node = ctx.fetch(d.id)?;
+    let pivots = node.pivots();
+    for p in pivots {
+        if lo.is_some_and(|l| p.as_slice() <= l) || hi.is_some_and(|h| p.as_slice() >= h) {
+            return Err(bad(
+                "pivot outside its leaf's key range (invariant D3)".into()
+            ));
+        }
+    }
+    if pivots.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(bad("pivots out of order (invariant N1)".into()));
+    }
+    let mut bytes = 0;
+    let mut max = below;
+    for i in 0..=pivots.len() {
+        let buf = ctx.delta_msgs(&node, i)?;
+        bytes += buf.bytes();
+        report.delta_messages += buf.count() as u64;
+        report.delta_bytes += buf.bytes() as u64;
+        let (plo, phi) = range_of(pivots, i);
+        let (plo, phi) = (plo.or(lo), phi.or(hi));
+        let mut last = crate::Msn(0);
+        for (m, _) in buf.in_msn_order() {
+            if m.msn <= below || m.msn <= last {
+                return Err(bad(format!(
+                    "message {} in partition {i} is not newer than the leaf, the deltas before \
+                     it ({below}) and the partition's previous message (invariant D2)",
+                    m.msn
+                )));
+            }
+            let outside = if m.kind == Kind::RangeDelete {
+                !intersects(m.key, m.payload, plo, phi)
+            } else {
+                plo.is_some_and(|l| m.key < l) || phi.is_some_and(|h| m.key >= h)
+            };
+            if outside {
+                return Err(bad(format!(
+                    "message in partition {i} outside its key range (invariant D3)"
+                )));
+            }
+            last = m.msn;
+            max = max.max(m.msn);
+        }
+    }
+    if bytes != d.bytes as usize {
+        return Err(bad(format!(
+            "holds {bytes} bytes of messages, its parent says {} (invariant D1)",
+            d.bytes
+        )));
+    }
+    report.deltas += 1;
+    Ok(max)
+}
+
 /// How many messages for `key` wait in buffers on its root-to-leaf path.
 pub(crate) fn pending_for(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<usize> {
     let mut id = root;
@@ -180,6 +271,13 @@ pub(crate) fn pending_for(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<usi
         };
         let i = child_for(pivots, key);
         n += ctx.buffer(&node, i)?.count_for_key(key);
+        if let Body::Internal { deltas, .. } = &node.body {
+            for d in delta::fetch(ctx, &deltas[i])? {
+                n += ctx
+                    .delta_msgs(&d, child_for(d.pivots(), key))?
+                    .count_for_key(key);
+            }
+        }
         id = children[i];
     }
 }

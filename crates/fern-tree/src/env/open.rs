@@ -69,6 +69,7 @@ impl Env {
             basement_bytes: opts.basement_bytes,
             fanout: opts.fanout,
             compression: opts.compression,
+            leaf_deltas: opts.leaf_deltas,
         };
         let mut state = State {
             trees: Vec::new(),
@@ -144,6 +145,7 @@ impl Env {
         if let Some(c) = opts.change_compression {
             shape.compression = c;
         }
+        shape.leaf_deltas = opts.leaf_deltas;
         opened
             .file
             .set_limit(effective_limit(state.capacity, &*dev)?);

@@ -175,7 +175,7 @@ fn fsck(args: &FsckArgs) -> Result<u8, CmdError> {
     for tree in env.tree_names() {
         match env.tree(&tree).and_then(|t| t.verify_all()) {
             Ok((r, damaged)) => {
-                nodes += r.leaves + r.internal;
+                nodes += r.leaves + r.internal + r.deltas;
                 for d in damaged {
                     let bounds = inode_bounds(&d.lo, &d.hi);
                     engine_errors.push(format!(
