@@ -60,6 +60,12 @@ pub(crate) struct DirCursor {
 /// One listed name as a handle keeps it: what a plain readdir returns. Not a [`DirEntry`],
 /// whose room for attributes would more than double the memory of a handle that lists a
 /// large directory (the handle keeps every returned name: they are the FUSE offsets).
+/// A row of a read-ahead scan and the lock-release count taken before that scan.
+type Scanned = (Dentry, u64);
+
+/// (name, entry) rows of a directory scan.
+type Rows = Vec<(Vec<u8>, Dentry)>;
+
 #[derive(Clone, Debug)]
 struct Listed {
     name: Vec<u8>,
@@ -71,7 +77,7 @@ struct Listed {
     /// readdirplus may answer from it instead of reading the entry again — the point read per
     /// listed file that F3's `os.walk` paid (docs/fs-design.md §8). Only on a sole-writer
     /// store: another mount's changes do not move this count.
-    scanned: Option<(Dentry, u64)>,
+    scanned: Option<Scanned>,
 }
 
 impl DirCursor {
@@ -98,7 +104,7 @@ impl DirCursor {
     }
 
     /// Returns up to `limit` entries from `ahead` with their FUSE offsets.
-    fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry, Option<(Dentry, u64)>)> {
+    fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry, Option<Scanned>)> {
         let n = limit.min(self.ahead.len());
         let mut out = Vec::with_capacity(n);
         for l in self.ahead.drain(..n) {
@@ -149,12 +155,7 @@ impl Fs {
     /// The entries of `dir` after `after` (at most `limit`) as (name, entry) rows, and the
     /// lock-release count taken just before the scan (after the listing's own atime update,
     /// which takes and releases `dir`'s lock).
-    fn list_rows(
-        &self,
-        dir: InodeId,
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> FsResult<(Vec<(Vec<u8>, Dentry)>, u64)> {
+    fn list_rows(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> FsResult<(Rows, u64)> {
         self.require_dir(dir)?;
         if after.is_none() {
             // A listing from the start reads the directory (POSIX: readdir marks atime), under
@@ -330,15 +331,15 @@ impl Fs {
 
     /// Entry `e` of `dir` with its attributes as they are now, pinned; `None` if the name is
     /// gone or names another inode since it was listed. They are the read-ahead scan's
-    /// (`scanned`) when that is provably current (`from_scan`), else read now.
+    /// (`scanned`) when that is provably current (`attr_from_scan`), else read now.
     fn fresh_plus(
         &self,
         dir: InodeId,
         mut e: DirEntry,
-        scanned: Option<(Dentry, u64)>,
+        scanned: Option<Scanned>,
     ) -> FsResult<Option<DirEntry>> {
         if let Some((d, since)) = scanned {
-            if let Some(attr) = self.from_scan(dir, &e, d, since)? {
+            if let Some(attr) = self.attr_from_scan(dir, &e, d, since)? {
                 e.kind = attr.kind;
                 e.attr = Some(attr);
                 return Ok(Some(e));
@@ -367,7 +368,7 @@ impl Fs {
     /// unlink, rename over it, write, setattr, holds it across its commit) and no lock set
     /// released since the scan (none finished since). `None`: not provably current (then the
     /// caller reads the entry); never waits for a lock.
-    fn from_scan(
+    fn attr_from_scan(
         &self,
         dir: InodeId,
         e: &DirEntry,
