@@ -60,21 +60,24 @@ pub(crate) struct DirCursor {
 /// One listed name as a handle keeps it: what a plain readdir returns. Not a [`DirEntry`],
 /// whose room for attributes would more than double the memory of a handle that lists a
 /// large directory (the handle keeps every returned name: they are the FUSE offsets).
+/// A row of a read-ahead scan and the lock-release count taken before that scan.
+type Scanned = (Dentry, u64);
+
+/// (name, entry) rows of a directory scan.
+type Rows = Vec<(Vec<u8>, Dentry)>;
+
 #[derive(Clone, Debug)]
 struct Listed {
     name: Vec<u8>,
     ino: InodeId,
     kind: FileType,
-}
-
-impl From<DirEntry> for Listed {
-    fn from(e: DirEntry) -> Self {
-        Listed {
-            name: e.name,
-            ino: e.ino,
-            kind: e.kind,
-        }
-    }
+    /// The entry as the read-ahead scan read it, and the lock-release count taken before that
+    /// scan (`Stripes::releases`). While the count is unchanged no change of any name or stat
+    /// has finished since the scan (every one holds a stripe lock across its commit), so a
+    /// readdirplus may answer from it instead of reading the entry again — the point read per
+    /// listed file that F3's `os.walk` paid (docs/fs-design.md §8). Only on a sole-writer
+    /// store: another mount's changes do not move this count.
+    scanned: Option<Scanned>,
 }
 
 impl DirCursor {
@@ -101,7 +104,7 @@ impl DirCursor {
     }
 
     /// Returns up to `limit` entries from `ahead` with their FUSE offsets.
-    fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry)> {
+    fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry, Option<Scanned>)> {
         let n = limit.min(self.ahead.len());
         let mut out = Vec::with_capacity(n);
         for l in self.ahead.drain(..n) {
@@ -111,8 +114,9 @@ impl DirCursor {
                 kind: l.kind,
                 attr: None,
             };
+            let scanned = l.scanned.clone();
             self.returned.push(l);
-            out.push((self.returned.len() as u64, e));
+            out.push((self.returned.len() as u64, e, scanned));
         }
         out
     }
@@ -129,29 +133,9 @@ impl Fs {
         limit: usize,
         plus: bool,
     ) -> FsResult<Vec<DirEntry>> {
-        self.require_dir(dir)?;
-        let (lo, hi) = schema::id_prefix_range(dir);
-        let lo = match after {
-            Some(name) => Bound::Excluded(schema::named_key(dir, name)),
-            None => Bound::Included(lo),
-        };
-        let range = KeyRange {
-            lo,
-            hi: Bound::Excluded(hi),
-        };
-        let pairs = self
-            .kv
-            .scan(self.t.dentry, &range, Direction::Forward, limit)?;
-        if after.is_none() {
-            // A listing from the start reads the directory (POSIX: readdir marks atime), under
-            // the same relatime rule as a file read: a write only when atime is stale.
-            let dir_inode = self.read_inode(dir)?;
-            self.touch_atime(dir, &dir_inode.stat)?;
-        }
-        let mut out = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            let name = schema::name_of(&k)?.to_vec();
-            let d = Dentry::decode(&v)?;
+        let (rows, _) = self.list_rows(dir, after, limit)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (name, d) in rows {
             let attr = if plus {
                 let (_, inode) = self.resolve(&*self.kv, dir, &name, d.clone())?;
                 Some(self.attr_of(d.id(), &inode)?)
@@ -166,6 +150,37 @@ impl Fs {
             });
         }
         Ok(out)
+    }
+
+    /// The entries of `dir` after `after` (at most `limit`) as (name, entry) rows, and the
+    /// lock-release count taken just before the scan (after the listing's own atime update,
+    /// which takes and releases `dir`'s lock).
+    fn list_rows(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> FsResult<(Rows, u64)> {
+        self.require_dir(dir)?;
+        if after.is_none() {
+            // A listing from the start reads the directory (POSIX: readdir marks atime), under
+            // the same relatime rule as a file read: a write only when atime is stale.
+            let dir_inode = self.read_inode(dir)?;
+            self.touch_atime(dir, &dir_inode.stat)?;
+        }
+        let since = self.locks.releases();
+        let (lo, hi) = schema::id_prefix_range(dir);
+        let lo = match after {
+            Some(name) => Bound::Excluded(schema::named_key(dir, name)),
+            None => Bound::Included(lo),
+        };
+        let range = KeyRange {
+            lo,
+            hi: Bound::Excluded(hi),
+        };
+        let pairs = self
+            .kv
+            .scan(self.t.dentry, &range, Direction::Forward, limit)?;
+        let mut out = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            out.push((schema::name_of(&k)?.to_vec(), Dentry::decode(&v)?));
+        }
+        Ok((out, since))
     }
 
     /// Opens directory `dir` for a FUSE-style listing with u64 offsets. Like a file handle,
@@ -220,26 +235,36 @@ impl Fs {
             // The scan runs without the handle table's lock; its result is installed only if
             // the cursor is still where it was (the kernel serializes requests of one open
             // directory, so a retry means a misbehaving caller, not contention).
-            let mut entries =
-                self.list(dir, scan_after.as_deref(), READ_AHEAD.max(limit), false)?;
-            let at_end = entries.len() < READ_AHEAD.max(limit);
+            let (rows, since) =
+                self.list_rows(dir, scan_after.as_deref(), READ_AHEAD.max(limit))?;
+            let at_end = rows.len() < READ_AHEAD.max(limit);
+            let sole = !self.is_shared();
+            let mut entries = Vec::with_capacity(rows.len());
+            for (name, d) in rows {
+                entries.push(Listed {
+                    name,
+                    ino: d.id(),
+                    kind: d.kind()?,
+                    scanned: sole.then_some((d, since)),
+                });
+            }
             let mut handles = self.handles.lock();
             let c = handles
                 .get_mut(&fh)
                 .and_then(|h| h.dir_names.as_mut())
                 .ok_or(FsError::BadHandle)?;
             if c.returned.len() == offset as usize && c.ahead.is_empty() && !c.at_end {
-                c.ahead.extend(entries.drain(..).map(Listed::from));
+                c.ahead.extend(entries.drain(..));
                 c.at_end = at_end;
                 break (dir, c.serve(limit));
             }
         };
         if !plus {
-            return Ok(served);
+            return Ok(served.into_iter().map(|(off, e, _)| (off, e)).collect());
         }
         let mut out = Vec::with_capacity(served.len());
-        for (off, e) in served {
-            match self.fresh_plus(dir, e) {
+        for (off, e, scanned) in served {
+            match self.fresh_plus(dir, e, scanned) {
                 Ok(Some(e)) => out.push((off, e)),
                 Ok(None) => {} // gone since the scan: not listed
                 Err(err) => {
@@ -304,9 +329,22 @@ impl Fs {
         }
     }
 
-    /// Entry `e` of `dir` with its attributes read now, pinned; `None` if the name is gone
-    /// or names another inode since it was listed.
-    fn fresh_plus(&self, dir: InodeId, mut e: DirEntry) -> FsResult<Option<DirEntry>> {
+    /// Entry `e` of `dir` with its attributes as they are now, pinned; `None` if the name is
+    /// gone or names another inode since it was listed. They are the read-ahead scan's
+    /// (`scanned`) when that is provably current (`attr_from_scan`), else read now.
+    fn fresh_plus(
+        &self,
+        dir: InodeId,
+        mut e: DirEntry,
+        scanned: Option<Scanned>,
+    ) -> FsResult<Option<DirEntry>> {
+        if let Some((d, since)) = scanned {
+            if let Some(attr) = self.attr_from_scan(dir, &e, d, since)? {
+                e.kind = attr.kind;
+                e.attr = Some(attr);
+                return Ok(Some(e));
+            }
+        }
         let since = self.locks.releases();
         let Some(d) = self.peek(dir, &e.name)? else {
             return Ok(None);
@@ -322,6 +360,35 @@ impl Fs {
         // As a lookup does: the kernel's open and read of a listed file (F3) then read no stat.
         self.seed_stat(e.ino, None, inode.stat, since);
         Ok(Some(e))
+    }
+
+    /// The attributes of listed entry `e` from the read-ahead scan's row `d`, pinned and
+    /// seeded as `fresh_plus` does, if the row is still exactly what the store holds: with
+    /// `e`'s stripe free and taken (no change of `e`'s name or stat in flight — every one,
+    /// unlink, rename over it, write, setattr, holds it across its commit) and no lock set
+    /// released since the scan (none finished since). `None`: not provably current (then the
+    /// caller reads the entry); never waits for a lock.
+    fn attr_from_scan(
+        &self,
+        dir: InodeId,
+        e: &DirEntry,
+        d: Dentry,
+        since: u64,
+    ) -> FsResult<Option<Attr>> {
+        if d.id() != e.ino {
+            return Ok(None);
+        }
+        let current = self.locks.with_free(e.ino, None, || {
+            if self.locks.releases() != since {
+                return Ok(None);
+            }
+            let (loc, inode) = self.resolve(&*self.kv, dir, &e.name, d)?;
+            let attr = self.attr_of(e.ino, &inode)?;
+            self.inodes.pin(e.ino, loc, attr.kind);
+            self.seed_stat(e.ino, Some(e.ino), inode.stat, since);
+            Ok(Some(attr))
+        });
+        current.unwrap_or(Ok(None))
     }
 
     /// Closes a directory handle; the last close of a removed directory frees it, as

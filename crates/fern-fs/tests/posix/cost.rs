@@ -320,3 +320,77 @@ fn stat_mirror_answers_getattr_setattr_read_and_unlink_without_reading() {
     let gone = if sole { libc::ENOENT } else { libc::ESTALE };
     assert_eq!(err(e.fs.getattr(g.ino)), gone);
 }
+
+/// A readdirplus answers from its listing's own read-ahead scan while nothing has changed
+/// since that scan (F3's `os.walk` read every listed entry a second time: one point read per
+/// file, docs/fs-design.md §8), and reads the entry again once something has: a write
+/// between two readdirplus requests of one listing shows in the second.
+#[test]
+fn readdirplus_answers_from_its_scan_unless_something_changed_since() {
+    let e = env();
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    for i in 0..20u8 {
+        let path = format!("/d/f{i:02}");
+        let f =
+            e.p.open(path.as_bytes(), OpenOptions::create_write(0o644))
+                .expect("create");
+        e.p.write_at(&f, 0, &vec![i; usize::from(i) + 1])
+            .expect("write");
+        e.p.close(f).expect("close");
+    }
+    // Cold: no stat mirrored, nothing pinned.
+    let e = e.remount();
+    let sole = e.sole();
+    let dir =
+        e.fs.lookup(fern_fs::InodeId::ROOT, b"d")
+            .expect("lookup")
+            .ino;
+    let dh = e.fs.opendir(dir).expect("opendir");
+    let first = e.fs.readdir(dh, 0, 5, true).expect("readdirplus");
+    assert_eq!(first.len(), 5);
+    // Served from the read-ahead of the first request: no scan and, where this mount is the
+    // only writer, no read either.
+    let (reads, scans) = (e.store.reads(), e.store.scans());
+    let second = e.fs.readdir(dh, 5, 5, true).expect("readdirplus");
+    assert_eq!(second.len(), 5);
+    assert_eq!(e.store.scans() - scans, 0);
+    if sole {
+        assert_eq!(e.store.reads() - reads, 0, "a listed entry was read again");
+    }
+    let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+    ro.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup");
+    for (_, d) in first.iter().chain(&second) {
+        let a = d.attr.expect("attributes");
+        assert_eq!(a, ro.lookup(dir, &d.name).expect("lookup"), "{:?}", d.name);
+    }
+    // Something changes after the scan: a listed-but-not-yet-served file grows.
+    let served: Vec<Vec<u8>> = first
+        .iter()
+        .chain(&second)
+        .map(|(_, d)| d.name.clone())
+        .collect();
+    let victim = (0..20u8)
+        .map(|i| format!("f{i:02}").into_bytes())
+        .find(|n| !served.contains(n))
+        .expect("an unserved name");
+    let mut path = b"/d/".to_vec();
+    path.extend_from_slice(&victim);
+    let f =
+        e.p.open(&path, OpenOptions::write_only(false, 0))
+            .expect("open");
+    e.p.write_at(&f, 0, &[7u8; 1000]).expect("write");
+    e.p.close(f).expect("close");
+    let rest = e.fs.readdir(dh, 10, 100, true).expect("readdirplus");
+    assert_eq!(rest.len(), 10);
+    let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+    ro.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup");
+    for (_, d) in &rest {
+        let a = d.attr.expect("attributes");
+        assert_eq!(a, ro.lookup(dir, &d.name).expect("lookup"), "{:?}", d.name);
+        if d.name == victim {
+            assert_eq!(a.size, 1000, "the write after the scan is not shown");
+        }
+    }
+    assert!(rest.iter().any(|(_, d)| d.name == victim));
+    e.fs.releasedir(dh).expect("releasedir");
+}
