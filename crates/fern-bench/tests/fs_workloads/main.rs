@@ -70,5 +70,8 @@ fn lib_run(dir: &tempfile::TempDir) -> FsBenchConfig {
     }
 }
 
+mod faulty;
 mod library;
 mod programs;
+
+use faulty::Faulty;
