@@ -168,6 +168,27 @@ fn new_client(
 }
 
 impl EtcdStore {
+    /// A scan (its first page under `guards`, later pages at the first page's revision),
+    /// started over when that revision was compacted before a later page was read.
+    fn scan_restarting(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+        guards: &[KeyGuard],
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut restarts = 0;
+        loop {
+            match self.scan_at(tree, range, dir, limit, None, guards) {
+                Ok(s) => return Ok(s.pairs),
+                // The revision pinned by page 1 was compacted before a later page: start over.
+                Err(Failure::Compacted) if restarts < SCAN_RESTARTS => restarts += 1,
+                Err(f) => return Err(f.into()),
+            }
+        }
+    }
+
     /// Connects to the cluster of `cfg` and checks it answers (one read, under the deadline),
     /// so a wrong or dead endpoint fails here with [`KvError::Unavailable`].
     pub fn connect(cfg: &EtcdConfig, registry: UpdateRegistry) -> KvResult<Self> {
@@ -657,15 +678,7 @@ impl KvRead for EtcdStore {
         dir: Direction,
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut restarts = 0;
-        loop {
-            match self.scan_at(tree, range, dir, limit, None, &[]) {
-                Ok(s) => return Ok(s.pairs),
-                // The revision pinned by page 1 was compacted before a later page: start over.
-                Err(Failure::Compacted) if restarts < SCAN_RESTARTS => restarts += 1,
-                Err(f) => return Err(f.into()),
-            }
-        }
+        self.scan_restarting(tree, range, dir, limit, &[])
     }
 }
 
@@ -710,14 +723,7 @@ impl KvStore for EtcdStore {
         dir: Direction,
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut restarts = 0;
-        loop {
-            match self.scan_at(tree, range, dir, limit, None, guards) {
-                Ok(s) => return Ok(s.pairs),
-                Err(Failure::Compacted) if restarts < SCAN_RESTARTS => restarts += 1,
-                Err(f) => return Err(f.into()),
-            }
-        }
+        self.scan_restarting(tree, range, dir, limit, guards)
     }
 
     /// Every etcd store is shared: any number of mounts may open the same prefix.
