@@ -333,7 +333,20 @@ fn a_rename_on_one_mount_is_atomic_on_the_other() {
             .expect("new version");
         f.write_all(&version(i)).expect("write version");
         drop(f);
-        fs::rename(&tmp, m.a.join("t")).expect("rename over t");
+        // B's open/close loop keeps changing the open registrations this rename's transaction
+        // reads, so under load its bounded retries can run out: EAGAIN, the documented result
+        // of `RetriesExhausted` (docs/distributed.md §5), with nothing applied. Atomicity is
+        // what this test checks; a rename starved by another mount's churn is a known liveness
+        // gap (closing note, 2026-11-27), so it is tried again here.
+        let mut tries = 0;
+        while let Err(e) = fs::rename(&tmp, m.a.join("t")) {
+            tries += 1;
+            assert!(
+                e.raw_os_error() == Some(libc::EAGAIN) && tries < 20,
+                "rename over t: {e} (try {tries})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     assert!(
         within(Duration::from_secs(3), || fs::read(m.b.join("t")).ok()
