@@ -16,8 +16,9 @@ use crate::attr::{FileType, Timespec};
 use crate::error::{FsError, FsResult};
 use crate::fs::{Fs, MAX_FILE_SIZE};
 use crate::ids::{Fh, InodeId};
+use crate::overlay;
 use crate::schema;
-use crate::upsert::{BlockOp, StatDelta, FN_BLOCK};
+use crate::upsert::{BlockArg, BlockOp, StatDelta, FN_BLOCK};
 
 /// fallocate: do not change the size.
 pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
@@ -74,6 +75,22 @@ impl Fs {
         }
         for (k, v) in blocks {
             let n = schema::parse_block_key(ino, &k)?;
+            let block_start = n * bs;
+            let from = offset.max(block_start);
+            if overlay::is_overlay(&v, bs as usize) {
+                // Its written bytes over the extent's (or the hole's zeros), overlay.rs O3.
+                let to = end.min(block_start + bs);
+                if from < to {
+                    overlay::lay_over(
+                        &v,
+                        bs as usize,
+                        (from - block_start) as usize,
+                        (to - block_start) as usize,
+                        &mut out[(from - offset) as usize..(to - offset) as usize],
+                    );
+                }
+                continue;
+            }
             if v.len() as u64 > bs {
                 return Err(FsError::corrupt(format!(
                     "data block {n} of inode {}: {} bytes",
@@ -81,8 +98,6 @@ impl Fs {
                     v.len()
                 )));
             }
-            let block_start = n * bs;
-            let from = offset.max(block_start);
             let to = end.min(block_start + v.len() as u64);
             if from < to {
                 out[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
@@ -220,16 +235,23 @@ impl Fs {
                     // upsert on any old value, without an update function to run where it
                     // meets the row (large sequential writes, F7).
                     b.put(self.t.data, key, bytes);
-                } else if let Some(whole) =
-                    self.merge_into_extent_block(ino, &shape, at / bs, in_block, bytes)?
-                {
-                    b.put(self.t.data, key, whole);
                 } else {
-                    let op = BlockOp::Write {
-                        offset: in_block as u32,
-                        bytes,
+                    // A slot wholly below the size may hold an extent (E1): the bytes go on
+                    // top of it as an overlay, blind (E2, overlay.rs O3). Elsewhere the
+                    // zero-filling write.
+                    let op = if self.extent_tree().is_some() && (at / slot + 1) * slot <= shape.size
+                    {
+                        BlockOp::Overlay {
+                            offset: in_block as u32,
+                            bytes,
+                        }
+                    } else {
+                        BlockOp::Write {
+                            offset: in_block as u32,
+                            bytes,
+                        }
                     };
-                    b.upsert(self.t.data, key, FN_BLOCK, op.encode());
+                    b.upsert(self.t.data, key, FN_BLOCK, self.block_arg(op));
                 }
                 p += take;
             }
@@ -271,34 +293,14 @@ impl Fs {
         Ok(d)
     }
 
-    /// A partial write of block `block` whose slot has an extent and no row for the block:
-    /// the whole block with `bytes` merged in at `in_block` (extent.rs E2). `None` (the blind
-    /// upsert is right) for a block that cannot be in an extent — its slot reaches past the
-    /// size (E1) — or that has a row, or no extent.
-    fn merge_into_extent_block(
-        &self,
-        ino: InodeId,
-        shape: &crate::stored::Shape,
-        block: u64,
-        in_block: usize,
-        bytes: &[u8],
-    ) -> FsResult<Option<Vec<u8>>> {
-        let per = self.slot_blocks();
-        if self.extent_tree().is_none() || (block / per + 1) * schema::SLOT_BYTES > shape.size {
-            return Ok(None);
+    /// The encoded [`FN_BLOCK`] argument of `op`, with this file system's block size (so the
+    /// update function tells overlay rows from raw blocks, overlay.rs O1).
+    pub(crate) fn block_arg(&self, op: BlockOp<'_>) -> Vec<u8> {
+        BlockArg {
+            block_size: self.sb.block_size,
+            op,
         }
-        if self
-            .kv
-            .get(self.t.data, &schema::block_key(ino, block))?
-            .is_some()
-        {
-            return Ok(None);
-        }
-        let Some(mut whole) = self.block_from_extent(ino, block)? else {
-            return Ok(None);
-        };
-        whole[in_block..in_block + bytes.len()].copy_from_slice(bytes);
-        Ok(Some(whole))
+        .encode()
     }
 
     /// Appends the data changes of truncating `ino` to `size` (D1: nothing stays at or past
@@ -313,7 +315,7 @@ impl Fs {
                 self.t.data,
                 schema::block_key(ino, full),
                 FN_BLOCK,
-                BlockOp::Trim { len: rem as u32 }.encode(),
+                self.block_arg(BlockOp::Trim { len: rem as u32 }),
             );
             full + 1
         };
@@ -408,7 +410,7 @@ impl Fs {
                 self.t.data,
                 schema::block_key(ino, start / bs),
                 FN_BLOCK,
-                zero.encode(),
+                self.block_arg(zero),
             );
         }
         if !end.is_multiple_of(bs) && (start.is_multiple_of(bs) || end / bs != start / bs) {
@@ -420,7 +422,7 @@ impl Fs {
                 self.t.data,
                 schema::block_key(ino, end / bs),
                 FN_BLOCK,
-                zero.encode(),
+                self.block_arg(zero),
             );
         }
         (first_full, end_full.max(first_full))

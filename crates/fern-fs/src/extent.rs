@@ -8,12 +8,14 @@
 //! * **E1** An extent holds one whole slot ([`schema::SLOT_BYTES`]) and lies entirely below
 //!   the file's size: it is written only for a slot a write covers whole (the size grows in
 //!   the same batch), and a truncate below a slot's end frees or dissolves it first.
-//! * **E2** A block row inside an extent slot is a whole block that shadows the extent's
-//!   bytes for that block ("messages on top"). A partial-block write there merges the
-//!   extent's bytes into a whole-block put (the one read-before-write extents add).
+//! * **E2** A block row inside an extent slot is either a whole block that shadows the
+//!   extent's bytes for that block, or an overlay row (overlay.rs) whose written bytes go on
+//!   top of them ("messages on top"). A partial-block write there is a blind overlay upsert:
+//!   extents add no read before a write.
 //! * **E3** A slot that an operation cuts in the middle (punch, truncate) is *dissolved*
-//!   first, in the same batch: the blocks without a row become rows of the extent's bytes and
-//!   the extent is freed, so the block-row rules (D1) apply unchanged after it.
+//!   first, in the same batch: the blocks without a row become rows of the extent's bytes,
+//!   overlay rows become whole blocks of the extent's bytes with theirs on top, and the
+//!   extent is freed, so the block-row rules (D1) apply unchanged after it.
 //! * **E4** Every batch that deletes an `fs.extent` row (or replaces it) frees its extent.
 
 use std::collections::VecDeque;
@@ -25,6 +27,7 @@ use parking_lot::Mutex;
 use crate::error::{FsError, FsResult};
 use crate::fs::Fs;
 use crate::ids::InodeId;
+use crate::overlay;
 use crate::schema::{self, SLOT_BYTES};
 
 /// Verified extents kept for the next request (FUSE reads arrive in 128 KiB pieces; an
@@ -205,18 +208,6 @@ impl Fs {
         Ok(())
     }
 
-    /// The bytes of block `block` from its slot's extent, if the slot has one (E2).
-    pub(crate) fn block_from_extent(&self, ino: InodeId, block: u64) -> FsResult<Option<Vec<u8>>> {
-        let bs = u64::from(self.sb.block_size);
-        let slot = block / self.slot_blocks();
-        let Some((_, r)) = self.extents_in(ino, slot, slot + 1)?.pop() else {
-            return Ok(None);
-        };
-        let d = self.extent_bytes(&r)?;
-        let at = (block * bs - slot * SLOT_BYTES) as usize;
-        Ok(d.get(at..at + bs as usize).map(<[u8]>::to_vec))
-    }
-
     /// Appends the write of slot `slot` of `ino` as one extent: the old extent (if any) is
     /// freed and the slot's block rows deleted, in the same batch (E4).
     pub(crate) fn write_extent(
@@ -294,17 +285,27 @@ impl Fs {
         let rows = self
             .kv
             .scan(self.t.data, &range, Direction::Forward, per as usize)?;
-        let mut has_row = vec![false; per as usize];
-        for (k, _) in &rows {
+        // A raw row is a whole block already (E2); an overlay row is laid over the extent's
+        // bytes into one (overlay.rs); a block without a row takes the extent's bytes.
+        let mut rows_at: Vec<Option<&[u8]>> = vec![None; per as usize];
+        for (k, v) in &rows {
             let n = schema::parse_block_key(ino, k)?;
             if let Some(x) = n.checked_sub(first).filter(|x| *x < per) {
-                has_row[x as usize] = true;
+                rows_at[x as usize] = Some(v);
             }
         }
         let d = self.extent_bytes(&r)?;
-        for (i, chunk) in d.chunks(bs as usize).enumerate() {
-            if !has_row[i] {
-                b.put(self.t.data, schema::block_key(ino, first + i as u64), chunk);
+        let bsz = bs as usize;
+        for (i, chunk) in d.chunks(bsz).enumerate() {
+            let key = schema::block_key(ino, first + i as u64);
+            match rows_at[i] {
+                None => b.put(self.t.data, key, chunk),
+                Some(v) if overlay::is_overlay(v, bsz) => {
+                    let mut whole = chunk.to_vec();
+                    overlay::lay_over(v, bsz, 0, chunk.len(), &mut whole);
+                    b.put(self.t.data, key, whole);
+                }
+                Some(_) => {}
             }
         }
         b.delete(xt, schema::extent_key(ino, slot));

@@ -148,6 +148,14 @@ impl Fs {
     pub fn mount(kv: Arc<dyn KvStore>) -> FsResult<Fs> {
         let mut fs = Self::mount_read_only(kv)?;
         fs.read_only = false;
+        if fs.sb.version < schema::FORMAT_VERSION {
+            // Before any write of this mount (schema.rs, FORMAT_VERSION): the log keeps
+            // batches in order, so no overlay row can outlive a crash that loses this.
+            fs.sb.version = schema::FORMAT_VERSION;
+            let mut b = WriteBatch::new();
+            b.put(fs.t.meta, schema::SUPER_KEY.to_vec(), fs.sb.encode());
+            fs.kv.write(b, WriteOptions::NO_SYNC)?;
+        }
         fs.clean_orphans()?;
         Ok(fs)
     }

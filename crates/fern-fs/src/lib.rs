@@ -25,6 +25,7 @@ mod ids;
 mod inode_ops;
 mod locks;
 mod namespace;
+mod overlay;
 mod owner;
 pub mod path;
 pub mod perm;

@@ -160,8 +160,13 @@ pub fn parse_extent_row(v: &[u8]) -> FsResult<fern_kv::ExtentRef> {
     }
 }
 
-/// Format version written by this code; a mount refuses any other.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written by this code. Version 2 added overlay rows in `fs.data`
+/// (overlay.rs); a version-1 image has none and is read as it is, and a read-write mount
+/// upgrades it to 2 before its first write, so a binary that knows only version 1 refuses an
+/// image that may hold overlays instead of reporting them as corrupt blocks.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this code mounts.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 const MAGIC: &[u8; 8] = b"FERNFS\0\x01";
 
 /// The file system's fixed parameters, written once by mkfs.
@@ -192,7 +197,7 @@ impl Superblock {
             block_size: r.u32()?,
         };
         r.end()?;
-        if sb.version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&sb.version) {
             return Err(FsError::NotFormatted(format!(
                 "format version {}",
                 sb.version

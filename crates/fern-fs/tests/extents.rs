@@ -65,6 +65,112 @@ fn whole_slots_become_extents_and_unlink_frees_them() {
     assert!(fern_fs::check::check(&*e.store).expect("fsck").is_clean());
 }
 
+/// A small generator of offsets (the test must not depend on a crate for this).
+fn lcg(x: &mut u64) -> u64 {
+    *x = x
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *x >> 33
+}
+
+#[test]
+fn small_writes_into_extents_are_blind_and_read_back() {
+    let e = common::env();
+    let f = e.p.open(b"/big", rw(true)).expect("create");
+    let mut model = pattern(4 * MIB, 3);
+    e.p.write_at(&f, 0, &model).expect("write");
+    assert_eq!(e.store.extents().expect("extents").len(), 4);
+    // Small unaligned writes at random offsets, some across block and slot edges: each is a
+    // blind overlay upsert (extent.rs E2), reading neither a row nor an extent. Before
+    // overlays each read its block's whole 1 MiB extent (F5/F6, docs/BENCHMARKS.md).
+    let (reads, extent_reads) = (e.store.reads(), e.store.extent_reads());
+    let mut x = 7u64;
+    for i in 0..300 {
+        let len = 1 + lcg(&mut x) as usize % 700;
+        let at = if i % 50 == 0 {
+            MIB * (1 + i / 100) - len / 2
+        } else {
+            lcg(&mut x) as usize % (4 * MIB - len)
+        };
+        let bytes: Vec<u8> = (0..len).map(|j| (i + j) as u8 | 1).collect();
+        e.p.write_at(&f, at as u64, &bytes).expect("small write");
+        model[at..at + len].copy_from_slice(&bytes);
+    }
+    assert_eq!(e.store.reads() - reads, 0, "small writes read rows");
+    assert_eq!(
+        e.store.extent_reads() - extent_reads,
+        0,
+        "small writes read extents"
+    );
+    // A whole block put over an overlay, and an overlay over that block.
+    let block = vec![0xee; 4096];
+    e.p.write_at(&f, 2 * 4096, &block).expect("block write");
+    model[2 * 4096..3 * 4096].copy_from_slice(&block);
+    e.p.write_at(&f, 2 * 4096 + 10, b"xy").expect("small write");
+    model[2 * 4096 + 10..2 * 4096 + 12].copy_from_slice(b"xy");
+    let back = e.p.read_at(&f, 0, 4 * MIB as u32).expect("read");
+    assert!(back == model, "overlays over extents read back");
+    for _ in 0..40 {
+        let (at, len) = (
+            lcg(&mut x) as usize % (4 * MIB),
+            1 + lcg(&mut x) as usize % 9000,
+        );
+        let got = e.p.read_at(&f, at as u64, len as u32).expect("read");
+        assert!(
+            got[..] == model[at..(at + len).min(4 * MIB)],
+            "read at {at}+{len}"
+        );
+    }
+    // A punch and a truncate that cut slots dissolve them, overlays included (E3).
+    let (ps, pe) = (MIB + 3000, MIB + 70_000);
+    e.p.fallocate(
+        &f,
+        fern_fs::FALLOC_FL_PUNCH_HOLE | fern_fs::FALLOC_FL_KEEP_SIZE,
+        ps as u64,
+        (pe - ps) as u64,
+    )
+    .expect("punch");
+    model[ps..pe].fill(0);
+    e.p.ftruncate(&f, 3 * MIB as u64 - 5555).expect("truncate");
+    model.truncate(3 * MIB - 5555);
+    let back = e.p.read_at(&f, 0, 4 * MIB as u32).expect("read");
+    assert!(back == model, "after punch and truncate");
+    e.p.close(f).expect("close");
+    let report = fern_fs::check::check(&*e.store).expect("fsck");
+    assert!(report.is_clean(), "fsck: {report:?}");
+    let e = e.remount();
+    let f = e.p.open(b"/big", rw(false)).expect("open");
+    let back = e.p.read_at(&f, 0, 4 * MIB as u32).expect("read");
+    assert!(back == model, "after remount");
+}
+
+#[test]
+fn a_read_write_mount_upgrades_a_version_1_image_before_it_can_write_an_overlay() {
+    let e = common::env();
+    let t = Trees::open(&*e.store).expect("trees");
+    let sb = |kv: &dyn KvStore| {
+        schema::Superblock::decode(&kv.get(t.meta, schema::SUPER_KEY).unwrap().unwrap())
+            .expect("superblock")
+    };
+    let mut v1 = sb(&*e.store);
+    assert_eq!(v1.version, schema::FORMAT_VERSION);
+    v1.version = 1;
+    let mut b = WriteBatch::new();
+    b.put(t.meta, schema::SUPER_KEY.to_vec(), v1.encode());
+    e.store.write(b, WriteOptions::SYNC).expect("write");
+    let store = e.store.clone();
+    drop(e);
+    // Read-only: mounted as it is, nothing written.
+    drop(fern_fs::Fs::mount_read_only(store.clone()).expect("read-only mount"));
+    assert_eq!(sb(&*store).version, 1);
+    drop(fern_fs::Fs::mount(store.clone()).expect("mount"));
+    assert_eq!(sb(&*store).version, schema::FORMAT_VERSION);
+    // A version this code does not know is refused, not guessed at.
+    let mut v9 = v1;
+    v9.version = schema::FORMAT_VERSION + 1;
+    assert!(schema::Superblock::decode(&v9.encode()).is_err());
+}
+
 #[test]
 fn fsck_finds_a_leaked_extent() {
     let e = common::env();

@@ -466,7 +466,7 @@ impl Run {
             // can cut between an extent's write and its record. One slot: one batch, so the
             // write is atomic as C3 needs (a longer write is several batches, and a crash
             // may keep a prefix of it, as POSIX allows). The small writes above then land on
-            // extents (merged blocks) and truncates cut them (dissolved).
+            // extents (overlay rows) and truncates cut them (dissolved).
             9 if self.big => (slot * self.rng.below(3), slot),
             _ => (
                 bs * (2 + self.rng.below(10)) + self.rng.below(bs),

@@ -1,6 +1,7 @@
 //! S6, stored data: no byte at or beyond the file size (D1), no block longer than the block
-//! size, data only for regular files, a counted file's stored-block count is its number of
-//! stored blocks (D2); and data blocks of no inode (S7). Removing an inode's data removes
+//! size nor a malformed overlay row (overlay.rs O1, O2), data only for regular files, a
+//! counted file's stored-block count is its number of stored blocks (D2); and data blocks of
+//! no inode (S7). Removing an inode's data removes
 //! its extent rows and frees their extents too (extents.rs).
 
 use super::index::Index;
@@ -53,7 +54,7 @@ pub(super) fn check(s: &Scan, ix: &Index, c: &mut Ctx, report: &mut Report) {
                 "S6",
                 ST_COUNTS,
                 format!(
-                    "inode {id}: blocks {:?} are empty or longer than the block size {bs}",
+                    "inode {id}: blocks {:?} are empty, longer than the block size {bs} or malformed overlays",
                     d.bad_blocks
                 ),
                 None,

@@ -10,6 +10,7 @@ use fern_kv::{Direction, ExtentRef, KeyRange, KvStore, TreeId};
 use super::Tree;
 use crate::error::{FsError, FsResult};
 use crate::ids::InodeId;
+use crate::overlay;
 use crate::record::{Dentry, Inode};
 use crate::schema::{self, Superblock, Trees};
 
@@ -161,8 +162,14 @@ impl Scan {
                 .get(&id)
                 .is_some_and(|slots| slots.contains_key(&(block / per_slot)));
             d.blocks += u64::from(!shadow);
-            let len = v.len() as u64;
-            if len == 0 || len > bs {
+            // An overlay row (overlay.rs) stores its written bytes, up to its last one.
+            let (len, bad) = if overlay::is_overlay(&v, bs as usize) {
+                let ok = overlay::well_formed(&v, bs as usize);
+                (overlay::written_end(&v, bs as usize) as u64, !ok)
+            } else {
+                (v.len() as u64, v.is_empty() || v.len() as u64 > bs)
+            };
+            if bad {
                 d.bad_blocks.push(block);
             }
             let end = block.saturating_mul(bs).saturating_add(len);

@@ -102,6 +102,7 @@ pub struct CountingStore {
 struct Counts {
     reads: AtomicUsize,
     scans: AtomicUsize,
+    extent_reads: AtomicUsize,
 }
 
 impl Counts {
@@ -127,6 +128,16 @@ impl Counts {
         self.scans.fetch_add(1, Ordering::SeqCst);
         r.scan(tree, range, dir, limit)
     }
+
+    fn read_extent(
+        &self,
+        r: &(impl KvRead + ?Sized),
+        x: &fern_kv::ExtentRef,
+        buf: &mut [u8],
+    ) -> KvResult<()> {
+        self.extent_reads.fetch_add(1, Ordering::SeqCst);
+        r.read_extent(x, buf)
+    }
 }
 
 impl CountingStore {
@@ -143,6 +154,10 @@ impl CountingStore {
     }
     pub fn scans(&self) -> usize {
         self.counts.scans.load(Ordering::SeqCst)
+    }
+    /// Extents read (counted apart from `reads`: rows and extents are different costs).
+    pub fn extent_reads(&self) -> usize {
+        self.counts.extent_reads.load(Ordering::SeqCst)
     }
 }
 
@@ -166,7 +181,7 @@ impl KvRead for CountingStore {
         self.counts.scan(&*self.inner, tree, range, dir, limit)
     }
     fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> KvResult<()> {
-        self.inner.read_extent(r, buf)
+        self.counts.read_extent(&*self.inner, r, buf)
     }
 }
 
@@ -230,7 +245,7 @@ impl KvRead for CountingTxn<'_> {
         self.counts.scan(&*self.inner, tree, range, dir, limit)
     }
     fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> KvResult<()> {
-        self.inner.read_extent(r, buf)
+        self.counts.read_extent(&*self.inner, r, buf)
     }
 }
 
