@@ -111,8 +111,12 @@ pub(crate) fn mounted_at(mp: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Extra `-o` options for the fernfs-fuse systems' mounts (comma-separated), for A/B runs.
+pub const EXTRA_OPTIONS_ENV: &str = "FERN_BENCH_MOUNT_OPTIONS";
+
 impl FuseMount {
-    /// `fernfs mkfs image` with defaults, then mounts it on `mountpoint` (created).
+    /// `fernfs mkfs image` with defaults, then mounts it on `mountpoint` (created), with the
+    /// options of [`EXTRA_OPTIONS_ENV`] added.
     pub fn fernfs(
         exe: &Path,
         image: &Path,
@@ -120,12 +124,18 @@ impl FuseMount {
         cache_bytes: u64,
         transport: fern_fuse::uring::Transport,
     ) -> Result<Self> {
-        Self::fernfs_on(
-            exe,
-            image,
-            mountpoint,
-            format!("cache_size={cache_bytes},transport={}", transport.name()),
-        )
+        let mut options = format!("cache_size={cache_bytes},transport={}", transport.name());
+        // For A/B runs of one mount option (e.g. compression=lz4 against the default): said on
+        // stderr, so a report made with it is not mistaken for the defaults.
+        if let Some(extra) = std::env::var(EXTRA_OPTIONS_ENV)
+            .ok()
+            .filter(|e| !e.is_empty())
+        {
+            eprintln!("fernfs bench: fernfs-fuse mounted with extra options {extra} ({EXTRA_OPTIONS_ENV})");
+            options.push(',');
+            options.push_str(&extra);
+        }
+        Self::fernfs_on(exe, image, mountpoint, options)
     }
 
     /// `fernfs mkfs target`, then `fernfs mount target MP -f -o options`: `target` is an
