@@ -262,6 +262,45 @@ fn two_stores_upserting_one_key_lose_nothing() {
 }
 
 #[test]
+fn an_upsert_under_steady_contention_completes() {
+    // Another store puts the key back to back. An upsert whose attempts keep failing sleeps
+    // longer and longer between them; if it then tried again on the state its failed attempt
+    // read back — now a backoff old, with the other writer's commits after it — every later
+    // attempt would fail too (the conformance suite's four upserting threads ran out of their
+    // 64 attempts that way in CI). It must read again after a long backoff.
+    let Some(etcd) = shared_for_tests() else {
+        return;
+    };
+    let cfg = etcd.config(&unique_prefix("steady"));
+    let (a, b) = (
+        EtcdStore::connect(&cfg, registry()).expect("connect"),
+        EtcdStore::connect(&cfg, registry()).expect("connect"),
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (b, stop) = (&b, &stop);
+        for _ in 0..3 {
+            scope.spawn(move || {
+                let t = b.tree("t").expect("tree");
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut w = WriteBatch::new();
+                    w.put(t, b"ctr".to_vec(), 0u64.to_be_bytes().to_vec());
+                    b.write(w, WriteOptions::NO_SYNC).expect("put");
+                }
+            });
+        }
+        let t = a.tree("t").expect("tree");
+        let result = (0..100).try_for_each(|_| {
+            let mut w = WriteBatch::new();
+            w.upsert(t, b"ctr".to_vec(), ADD_U64, 1u64.to_be_bytes().to_vec());
+            a.write(w, WriteOptions::NO_SYNC)
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        result.expect("every upsert completes under steady contention");
+    });
+}
+
+#[test]
 fn a_frozen_server_is_an_error_in_bounded_time_and_the_store_recovers() {
     if shared_for_tests().is_none() {
         return;
@@ -279,8 +318,10 @@ fn a_frozen_server_is_an_error_in_bounded_time_and_the_store_recovers() {
     put(b"before").expect("write while up");
     etcd.pause().expect("SIGSTOP etcd");
     let start = Instant::now();
-    assert!(matches!(s.get(t, b"k"), Err(KvError::Unavailable(_))));
-    assert!(matches!(put(b"during"), Err(KvError::Unavailable(_))));
+    let got = s.get(t, b"k");
+    assert!(matches!(got, Err(KvError::Unavailable(_))), "{got:?}");
+    let got = put(b"during");
+    assert!(matches!(got, Err(KvError::Unavailable(_))), "{got:?}");
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "{:?}",
