@@ -239,8 +239,7 @@ impl Fs {
                     // A slot wholly below the size may hold an extent (E1): the bytes go on
                     // top of it as an overlay, blind (E2, overlay.rs O3). Elsewhere the
                     // zero-filling write.
-                    let op = if self.extent_tree().is_some() && (at / slot + 1) * slot <= shape.size
-                    {
+                    let op = if self.slot_may_hold_extent(at, shape.size) {
                         BlockOp::Overlay {
                             offset: in_block as u32,
                             bytes,

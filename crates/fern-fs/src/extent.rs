@@ -91,6 +91,12 @@ impl Fs {
         self.t.extent
     }
 
+    /// Whether the slot holding byte `at` may have an extent in a file of `size` bytes: the
+    /// store has extents and the slot lies wholly below the size (E1).
+    pub(crate) fn slot_may_hold_extent(&self, at: u64, size: u64) -> bool {
+        self.t.extent.is_some() && (at / SLOT_BYTES + 1) * SLOT_BYTES <= size
+    }
+
     /// Blocks per slot.
     pub(crate) fn slot_blocks(&self) -> u64 {
         SLOT_BYTES / u64::from(self.sb.block_size)

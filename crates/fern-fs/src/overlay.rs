@@ -31,20 +31,16 @@ pub(crate) fn empty(bs: usize) -> Vec<u8> {
     vec![0; overlay_len(bs)]
 }
 
-fn split(row: &mut [u8], bs: usize) -> (&mut [u8], &mut [u8]) {
-    row.split_at_mut(bs)
-}
-
 /// Writes `bytes` at `offset` into overlay `row` (the caller bounds `offset + len <= bs`).
 pub(crate) fn write(row: &mut [u8], bs: usize, offset: usize, bytes: &[u8]) {
-    let (data, mask) = split(row, bs);
+    let (data, mask) = row.split_at_mut(bs);
     data[offset..offset + bytes.len()].copy_from_slice(bytes);
     set_bits(mask, offset, offset + bytes.len());
 }
 
 /// Zeroes `[from, to)` of overlay `row`, as written zeros (they hide the bytes beneath).
 pub(crate) fn zero(row: &mut [u8], bs: usize, from: usize, to: usize) {
-    let (data, mask) = split(row, bs);
+    let (data, mask) = row.split_at_mut(bs);
     data[from..to].fill(0);
     set_bits(mask, from, to);
 }
