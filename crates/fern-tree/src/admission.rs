@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::betree;
 use crate::blockfile::{BlockFile, ALIGN};
-use crate::env::{Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, ROOM_ROUNDS};
+use crate::env::{Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, RECLAIM_PACE, ROOM_ROUNDS};
 use crate::error::{Error, Result};
 use crate::space::{self, Admission, Space};
 
@@ -197,6 +197,30 @@ impl Env {
             return Ok(());
         };
         self.reclaim_pass(BACKGROUND_ROUNDS)
+    }
+
+    /// Until when the next background reclamation pass must wait (B13's pacing), or `None`
+    /// when it may run now: the pacing interval has passed, or a fixed-size image has less
+    /// than a quarter of its capacity left (room matters more than the pass's cost there).
+    pub(crate) fn reclaim_paced_until(&self) -> Option<std::time::Instant> {
+        let at = (*self.inner.reclaim_paced_until.lock())?;
+        if at <= std::time::Instant::now() {
+            return None;
+        }
+        match self.inner.limit {
+            Some(limit) if self.room(true) < limit / 4 => None,
+            _ => Some(at),
+        }
+    }
+
+    /// The checkpoint thread's reclamation pass (B13), which then paces the next one.
+    /// The caller holds `ckpt_lock`.
+    pub(crate) fn background_reclaim_pass(&self) -> Result<()> {
+        let start = std::time::Instant::now();
+        self.reclaim_pass(BACKGROUND_ROUNDS)?;
+        let end = std::time::Instant::now();
+        *self.inner.reclaim_paced_until.lock() = Some(end + (end - start) * RECLAIM_PACE);
+        Ok(())
     }
 
     /// A background reclamation pass (B13): push every buffered delete down, in rounds that

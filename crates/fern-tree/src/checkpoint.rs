@@ -5,13 +5,13 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::blockfile::ALIGN;
 use crate::catalog::{encode_meta, State};
-use crate::env::{Env, Inner, BACKGROUND_ROUNDS, LOG_RELEASE_STEP};
+use crate::env::{Env, Inner, LOG_RELEASE_STEP};
 use crate::error::{Error, Result};
 use crate::stats::WriteCause;
 
@@ -227,19 +227,41 @@ impl Env {
     }
 }
 
-/// Wakes a background thread (the checkpoint thread, writeback.rs's thread) when there is work.
+/// Wakes a background thread (the checkpoint thread, writeback.rs's thread) when there is work,
+/// now or at a deadline.
 #[derive(Default)]
 pub(crate) struct Wakeup {
-    want: Mutex<bool>,
+    want: Mutex<Want>,
     cv: Condvar,
 }
+
+#[derive(Default)]
+struct Want {
+    /// A round is asked for now.
+    now: bool,
+    /// A round is asked for at this instant (work deferred by the thread itself: B13's pacing).
+    at: Option<Instant>,
+}
+
+/// Longest a background thread sleeps without a request: it then notices that its
+/// environment was dropped.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
 
 impl Wakeup {
     /// Asks for a round of work (cheap when one is already asked for).
     pub(crate) fn wake(&self) {
         let mut want = self.want.lock();
-        if !*want {
-            *want = true;
+        if !want.now {
+            want.now = true;
+            self.cv.notify_one();
+        }
+    }
+
+    /// Asks for a round of work at `at` (the earliest of several such requests wins).
+    pub(crate) fn wake_at(&self, at: Instant) {
+        let mut want = self.want.lock();
+        if want.at.is_none_or(|a| at < a) {
+            want.at = Some(at);
             self.cv.notify_one();
         }
     }
@@ -249,14 +271,21 @@ impl Wakeup {
         self.cv.notify_one();
     }
 
-    /// Waits up to 200 ms for a request; takes it and says whether there was one. The timeout
-    /// lets the thread notice that its environment was dropped.
+    /// Waits for a request, at most until the deadline asked for by `wake_at` or for
+    /// `IDLE_WAIT`; takes it and says whether there was one.
     pub(crate) fn wait(&self) -> bool {
         let mut want = self.want.lock();
-        if !*want {
-            self.cv.wait_for(&mut want, Duration::from_millis(200));
+        if !want.now {
+            let timeout = want.at.map_or(IDLE_WAIT, |at| {
+                at.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
+            });
+            self.cv.wait_for(&mut want, timeout);
         }
-        std::mem::take(&mut *want)
+        if want.at.is_some_and(|at| at <= Instant::now()) {
+            want.at = None;
+            want.now = true;
+        }
+        std::mem::take(&mut want.now)
     }
 }
 
@@ -307,7 +336,8 @@ pub(crate) fn spawn_poisoning_worker(
 
 /// Runs the checkpoints writers ask for until the environment is dropped, closed or poisoned.
 pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
-    spawn_worker("fern-checkpoint", inner, sig, |inner| {
+    let own = sig.clone();
+    spawn_worker("fern-checkpoint", inner, sig, move |inner| {
         let env = Env { inner, _user: None };
         let Some(_one) = env.inner.ckpt_lock.try_lock() else {
             return true; // a checkpoint is running; it covers this request
@@ -318,10 +348,12 @@ pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
         if env.wants_checkpoint() && env.checkpoint_fuzzy().is_err() {
             return false; // poisoned
         }
-        if env.inner.reclaim_wanted.load(Ordering::Relaxed)
-            && env.reclaim_pass(BACKGROUND_ROUNDS).is_err()
-        {
-            return false; // poisoned
+        if env.inner.reclaim_wanted.load(Ordering::Relaxed) {
+            match env.reclaim_paced_until() {
+                Some(at) => own.wake_at(at), // B13's pacing: later, and once, for all asks
+                None if env.background_reclaim_pass().is_err() => return false, // poisoned
+                None => {}
+            }
         }
         true
     });

@@ -1,0 +1,109 @@
+//! Background reclamation is paced (format.md B13): a steady stream of deletes does not keep
+//! the checkpoint thread in back-to-back reclamation passes (each one ends with a checkpoint
+//! pair), and a pass deferred by the pacing still runs once the deletes stop, so deleted space
+//! returns without further writes.
+//!
+//! The device's sync is slowed to a known 25 ms, so a pass takes at least 100 ms (two
+//! checkpoints, each syncing at least twice) on any machine; a slower machine only makes
+//! passes longer and the pacing's pauses longer with them.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fern_tree::device::{BlockDevice, MemDevice};
+use fern_tree::{Env, Options, WriteBatch};
+
+const SYNC: Duration = Duration::from_millis(25);
+
+/// A memory device whose syncs take `SYNC`, like a disk's flush.
+#[derive(Debug)]
+struct SlowSync(MemDevice);
+
+impl BlockDevice for SlowSync {
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        std::thread::sleep(SYNC);
+        self.0.sync()
+    }
+}
+
+fn options() -> Options {
+    Options {
+        cache_bytes: 8 << 20,
+        node_bytes: 64 << 10,
+        basement_bytes: 4 << 10,
+        fanout: 8,
+        log_bytes: 64 << 20,
+        sync_interval: None,
+        checkpoint_thread: true,
+        ..Options::default()
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("row{i:08}").into_bytes()
+}
+
+fn checkpoints(env: &Env) -> u64 {
+    env.stats().file.generation
+}
+
+#[test]
+fn a_stream_of_deletes_does_not_run_reclamation_back_to_back_and_a_deferred_pass_runs() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(SlowSync(MemDevice::new()));
+    let env = Env::create_on(dev, options()).expect("create");
+    let t = env.tree("t").expect("tree");
+    for chunk in 0..20u64 {
+        let mut b = WriteBatch::new();
+        for i in chunk * 100..(chunk + 1) * 100 {
+            b.insert(&t, &key(i), &[b'v'; 200]);
+        }
+        env.write(b).expect("insert");
+    }
+    // Every delete says it frees 8 MiB, so each one alone asks for a background pass.
+    let start_checkpoints = checkpoints(&env);
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < Duration::from_millis(1500) {
+        let mut b = WriteBatch::new();
+        b.delete(&t, &key(i % 2000));
+        env.write_releasing(b, 8 << 20).expect("delete");
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let during = checkpoints(&env) - start_checkpoints;
+    // Unpaced, passes of >= 100 ms ran back to back: >= 2 checkpoints per 100 ms, ~30 here.
+    // Paced, a pass is followed by a pause four times its length: at most 1500 / 500 + 1
+    // passes of 2 checkpoints each, plus the rounds' own.
+    assert!(
+        during <= 12,
+        "{during} checkpoints in 1.5 s of deletes: reclamation is not paced"
+    );
+    assert!(
+        during >= 2,
+        "no reclamation pass ran at all ({during} checkpoints)"
+    );
+    // The deletes stopped; a pass the pacing deferred still runs, with no write to wake it.
+    let stopped = checkpoints(&env);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while checkpoints(&env) == stopped {
+        assert!(
+            Instant::now() < deadline,
+            "the deferred reclamation pass never ran after the deletes stopped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    env.close().expect("close");
+}
