@@ -65,6 +65,9 @@ pub struct WorkStats {
     pub writeback_nodes: u64,
     /// Their bytes.
     pub writeback_bytes: u64,
+    /// Rounds the writeback thread ran (each looks for dirty leaves to write, and may find
+    /// none).
+    pub writeback_rounds: u64,
     /// Flushes of a child buffer into a leaf.
     pub leaf_flushes: u64,
     /// Flushes of a child buffer into an internal node.
@@ -131,6 +134,7 @@ pub(crate) struct Counters {
     evicted_bytes: AtomicU64,
     writeback_nodes: AtomicU64,
     writeback_bytes: AtomicU64,
+    writeback_rounds: AtomicU64,
     leaf_flushes: AtomicU64,
     internal_flushes: AtomicU64,
     flushed_bytes: AtomicU64,
@@ -193,6 +197,11 @@ impl Counters {
         self.writer_reads.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a round of the writeback thread.
+    pub(crate) fn writeback_round(&self) {
+        self.writeback_rounds.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts flushes the background root drain ran.
     pub(crate) fn drained(&self, flushes: u64) {
         self.drained_flushes.fetch_add(flushes, Ordering::Relaxed);
@@ -212,6 +221,7 @@ impl Counters {
             evicted_bytes: l(&self.evicted_bytes),
             writeback_nodes: l(&self.writeback_nodes),
             writeback_bytes: l(&self.writeback_bytes),
+            writeback_rounds: l(&self.writeback_rounds),
             leaf_flushes: l(&self.leaf_flushes),
             internal_flushes: l(&self.internal_flushes),
             flushed_bytes: l(&self.flushed_bytes),

@@ -76,6 +76,7 @@ pub fn engine_figures(store: &TreeStore, live: bool) -> Value {
             "evicted_bytes": s.work.evicted_bytes,
             "writeback_nodes": s.work.writeback_nodes,
             "writeback_bytes": s.work.writeback_bytes,
+            "writeback_rounds": s.work.writeback_rounds,
             "leaf_flushes": s.work.leaf_flushes,
             "internal_flushes": s.work.internal_flushes,
             "flushed_bytes": s.work.flushed_bytes,
