@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fern_tree::device::{BlockDevice, MemDevice};
-use fern_tree::{Env, Options, WriteBatch};
+use fern_tree::{Env, WriteBatch};
+
+mod common;
 
 const SYNC: Duration = Duration::from_millis(25);
 
@@ -39,19 +41,6 @@ impl BlockDevice for SlowSync {
     }
 }
 
-fn options() -> Options {
-    Options {
-        cache_bytes: 8 << 20,
-        node_bytes: 64 << 10,
-        basement_bytes: 4 << 10,
-        fanout: 8,
-        log_bytes: 64 << 20,
-        sync_interval: None,
-        checkpoint_thread: true,
-        ..Options::default()
-    }
-}
-
 fn key(i: u64) -> Vec<u8> {
     format!("row{i:08}").into_bytes()
 }
@@ -63,7 +52,7 @@ fn checkpoints(env: &Env) -> u64 {
 #[test]
 fn a_stream_of_deletes_does_not_run_reclamation_back_to_back_and_a_deferred_pass_runs() {
     let dev: Arc<dyn BlockDevice> = Arc::new(SlowSync(MemDevice::new()));
-    let env = Env::create_on(dev, options()).expect("create");
+    let env = Env::create_on(dev, common::threaded_options(8 << 20)).expect("create");
     let t = env.tree("t").expect("tree");
     for chunk in 0..20u64 {
         let mut b = WriteBatch::new();

@@ -7,20 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fern_tree::device::MemDevice;
-use fern_tree::{Env, Options, WriteBatch};
+use fern_tree::{Env, WriteBatch};
 
-fn options() -> Options {
-    Options {
-        cache_bytes: 2 << 20,
-        node_bytes: 64 << 10,
-        basement_bytes: 4 << 10,
-        fanout: 8,
-        log_bytes: 64 << 20,
-        sync_interval: None,
-        checkpoint_thread: true,
-        ..Options::default()
-    }
-}
+mod common;
 
 fn key(i: u64) -> Vec<u8> {
     format!("row{i:08}").into_bytes()
@@ -32,7 +21,11 @@ fn value(i: u64) -> Vec<u8> {
 
 #[test]
 fn a_cache_full_of_clean_nodes_does_not_wake_writeback_for_every_batch() {
-    let env = Env::create_on(Arc::new(MemDevice::new()), options()).expect("create");
+    let env = Env::create_on(
+        Arc::new(MemDevice::new()),
+        common::threaded_options(2 << 20),
+    )
+    .expect("create");
     let t = env.tree("t").expect("tree");
     // 8 MiB of rows through a 2 MiB cache, then a checkpoint: every cached node is clean.
     for chunk in 0..400u64 {

@@ -27,6 +27,22 @@ pub fn small_options(log_bytes: u64) -> Options {
     }
 }
 
+/// 64 KiB nodes, 4 KiB basements, fanout 8, a 64 MiB log, a cache of `cache_bytes`, and the
+/// background threads as a mount runs them (checkpoint, writeback, root drain), without the
+/// periodic log sync: for tests of what those threads do.
+pub fn threaded_options(cache_bytes: usize) -> Options {
+    Options {
+        cache_bytes,
+        node_bytes: 64 << 10,
+        basement_bytes: 4 << 10,
+        fanout: 8,
+        log_bytes: 64 << 20,
+        sync_interval: None,
+        checkpoint_thread: true,
+        ..Options::default()
+    }
+}
+
 /// The log region of an image: its largest extent (nodes are a few KiB, the log more).
 pub fn log_region(image: &[u8]) -> BlockLoc {
     BlockFile::open(Arc::new(MemDevice::from_bytes(image.to_vec())))
