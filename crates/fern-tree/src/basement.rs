@@ -23,6 +23,17 @@ pub(crate) struct Basement {
     pub max_msn: Msn,
 }
 
+/// Most point messages [`Basement::apply`] edits into the rows in place; more are merged in
+/// one pass over all rows.
+const IN_PLACE_MAX: usize = 4;
+
+/// Moves row offsets by `delta` bytes (rows after a changed row).
+fn shift(offs: &mut [u32], delta: i64) {
+    for o in offs {
+        *o = (*o as i64 + delta) as u32;
+    }
+}
+
 /// Appends one packed row.
 #[inline]
 fn put_row(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
@@ -113,6 +124,21 @@ impl Basement {
         upserts: &UpsertRegistry,
     ) -> Result<()> {
         let floor = self.max_msn;
+        if points.len() <= IN_PLACE_MAX && ranges.iter().all(|r| r.msn <= floor) {
+            return self.apply_in_place(points, upserts);
+        }
+        self.apply_merging(points, ranges, upserts)
+    }
+
+    /// [`apply`](Self::apply) by one merge pass into a new row array: for many messages or
+    /// range deletes.
+    fn apply_merging(
+        &mut self,
+        points: &[MsgRef<'_>],
+        ranges: &[MsgRef<'_>],
+        upserts: &UpsertRegistry,
+    ) -> Result<()> {
+        let floor = self.max_msn;
         let ranges: Vec<MsgRef<'_>> = ranges.iter().filter(|r| r.msn > floor).copied().collect();
         let mut out = Vec::with_capacity(self.data.len() + 64 * points.len());
         let mut offs = Vec::with_capacity(self.offs.len() + points.len());
@@ -188,6 +214,73 @@ impl Basement {
         self.offs = offs;
         self.max_msn = max;
         Ok(())
+    }
+
+    /// [`apply`](Self::apply) of a few point messages (no range delete above the floor) by
+    /// editing the rows where they stand: each changed row is spliced into place (the rows
+    /// after it move, the offsets after it shift), instead of building a new row array. A leaf
+    /// root takes every write batch this way (a small tree: the file system's inode and
+    /// directory trees), and rebuilding its 16 KiB basement per batch — an allocation and a
+    /// copy of every row — was 12 % of the FUSE request thread's time in postmark.
+    fn apply_in_place(&mut self, points: &[MsgRef<'_>], upserts: &UpsertRegistry) -> Result<()> {
+        let floor = self.max_msn;
+        let mut max = floor;
+        let mut j = 0;
+        while j < points.len() {
+            let key = points[j].key;
+            let mut end = j;
+            while end < points.len() && points[end].key == key {
+                end += 1;
+            }
+            let msgs = &points[j..end];
+            j = end;
+            if msgs.iter().all(|m| m.msn <= floor) {
+                continue;
+            }
+            let found = self.search(key);
+            let mut value = found.ok().map(|i| self.row(i).1.to_vec());
+            for m in msgs.iter().filter(|m| m.msn > floor) {
+                value = msg::apply(m, key, value, upserts)?;
+                max = max.max(m.msn);
+            }
+            let mut row = Vec::new();
+            if let Some(v) = &value {
+                put_row(&mut row, key, v);
+            }
+            match found {
+                Ok(i) => {
+                    let start = self.offs[i] as usize;
+                    let old_len = self.raw_row(i).len();
+                    self.splice(start..start + old_len, &row);
+                    if value.is_none() {
+                        self.offs.remove(i);
+                        shift(&mut self.offs[i..], -(old_len as i64));
+                    } else {
+                        shift(&mut self.offs[i + 1..], row.len() as i64 - old_len as i64);
+                    }
+                }
+                Err(i) if value.is_some() => {
+                    let start = self.offs.get(i).map_or(self.data.len(), |&o| o as usize);
+                    self.splice(start..start, &row);
+                    self.offs.insert(i, start as u32);
+                    shift(&mut self.offs[i + 1..], row.len() as i64);
+                }
+                Err(_) => {} // deleting a row that is not here
+            }
+        }
+        self.max_msn = max;
+        Ok(())
+    }
+
+    /// Replaces `data[range]` with `bytes`, growing the allocation by at least an eighth when
+    /// it must grow (so the rows of a basement written one by one are not reallocated every
+    /// time, while the cache's accounting of its capacity stays near its size).
+    fn splice(&mut self, range: std::ops::Range<usize>, bytes: &[u8]) {
+        let grow = bytes.len().saturating_sub(range.len());
+        if self.data.len() + grow > self.data.capacity() {
+            self.data.reserve_exact(grow.max(self.data.len() / 8));
+        }
+        self.data.splice(range, bytes.iter().copied());
     }
 
     /// Index, relative to `from`, of the first row at or after `from` with key >= `key`.
@@ -296,5 +389,94 @@ impl Basement {
             offs,
             max_msn,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::msg::Kind;
+    use crate::UpsertId;
+
+    /// Upsert 7 appends its argument to the value (creating the row if absent); an empty
+    /// argument deletes the row.
+    fn upserts() -> UpsertRegistry {
+        let mut r = UpsertRegistry::default();
+        r.register(
+            UpsertId(7),
+            Arc::new(|_k: &[u8], old: Option<&[u8]>, arg: &[u8]| {
+                if arg.is_empty() {
+                    return None;
+                }
+                let mut v = old.unwrap_or_default().to_vec();
+                v.extend_from_slice(arg);
+                Some(v)
+            }),
+        );
+        r
+    }
+
+    fn basement(rows: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>, max_msn: u64) -> Basement {
+        let mut b = Basement {
+            max_msn: Msn(max_msn),
+            ..Basement::default()
+        };
+        for (k, v) in rows {
+            b.offs.push(b.data.len() as u32);
+            put_row(&mut b.data, k, v);
+        }
+        b
+    }
+
+    fn rows_of(b: &Basement) -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..b.len())
+            .map(|i| (b.row(i).0.to_vec(), b.row(i).1.to_vec()))
+            .collect()
+    }
+
+    proptest! {
+        /// The in-place path and the merge pass give the same rows and the same `max_msn`,
+        /// whatever the mix of inserts, deletes and upserts, new and existing keys, and
+        /// messages at or below the floor (I4).
+        #[test]
+        fn editing_in_place_equals_merging(
+            rows in prop::collection::btree_map(
+                prop::collection::vec(0u8..8, 1..3),
+                prop::collection::vec(any::<u8>(), 0..40),
+                0..30,
+            ),
+            floor in 0u64..4,
+            msgs in prop::collection::vec(
+                (prop::collection::vec(0u8..8, 1..3), 0u8..3, prop::collection::vec(any::<u8>(), 0..20)),
+                1..=IN_PLACE_MAX,
+            ),
+        ) {
+            // Sorted by (key, msn), as a buffer hands them over; MSNs 1.. straddle the floor.
+            let mut msgs: Vec<_> = msgs.into_iter().enumerate().collect();
+            msgs.sort_by(|a, b| (&a.1 .0, a.0).cmp(&(&b.1 .0, b.0)));
+            let refs: Vec<MsgRef<'_>> = msgs
+                .iter()
+                .map(|(n, (key, kind, payload))| MsgRef {
+                    kind: [Kind::Insert, Kind::Delete, Kind::Upsert][*kind as usize],
+                    msn: Msn(*n as u64 + 1),
+                    key,
+                    payload: if *kind == 1 { &[] } else { payload },
+                    upsert: UpsertId(7),
+                    len: 0,
+                })
+                .collect();
+            let up = upserts();
+            let mut a = basement(&rows, floor);
+            let mut b = a.clone();
+            a.apply_in_place(&refs, &up).unwrap();
+            b.apply_merging(&refs, &[], &up).unwrap();
+            prop_assert_eq!(rows_of(&a), rows_of(&b));
+            prop_assert_eq!(a.max_msn, b.max_msn);
+            prop_assert_eq!(&a.data, &b.data);
+        }
     }
 }
