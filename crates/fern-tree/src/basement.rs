@@ -93,8 +93,15 @@ impl Basement {
         &self.data[start..end]
     }
 
-    /// Binary search by key: Ok(index) if present, Err(insertion point) otherwise.
+    /// Binary search by key: Ok(index) if present, Err(insertion point) otherwise. A key past
+    /// the last row (rows written in key order: new inodes, appended blocks) takes one
+    /// comparison.
     pub(crate) fn search(&self, key: &[u8]) -> std::result::Result<usize, usize> {
+        if let Some(&last) = self.offs.last() {
+            if self.key_at_off(last) < key {
+                return Err(self.offs.len());
+            }
+        }
         self.offs.binary_search_by(|&o| {
             let (kl, p) = get_varint_trusted(&self.data, o as usize);
             let (_, p) = get_varint_trusted(&self.data, p);

@@ -130,7 +130,7 @@ impl MsgBuffer {
             // which would compare every key in the buffer on every small batch.
             for off in pending {
                 let key = self.key_at(off);
-                let at = self.sorted.partition_point(|&o| self.key_at(o) <= key);
+                let at = place_in(&self.data, &self.sorted, key);
                 self.sorted.insert(at, off);
             }
             return;
@@ -208,7 +208,7 @@ impl MsgBuffer {
             });
             let search = |i: usize, key: &[u8]| match &bulk {
                 Some((_, at)) => at[i],
-                None => sorted.partition_point(|&o| key_at(data, o) <= key),
+                None => place_in(data, sorted, key),
             };
             let mut last = LastByKey::with_capacity(self.pending.len());
             for (i, &off) in self.pending.iter().enumerate() {
@@ -395,7 +395,7 @@ impl MsgBuffer {
             self.pending.is_empty(),
             "reading an unsealed buffer (invariant N7)"
         );
-        let start = self.sorted.partition_point(|&o| self.key_at(o) < key);
+        let start = first_in(&self.data, &self.sorted, key);
         for &o in &self.sorted[start..] {
             let m = self.at(o);
             if m.key != key {
@@ -411,8 +411,8 @@ impl MsgBuffer {
             self.pending.is_empty(),
             "reading an unsealed buffer (invariant N7)"
         );
-        let start = self.sorted.partition_point(|&o| self.key_at(o) < key);
-        let end = self.sorted.partition_point(|&o| self.key_at(o) <= key);
+        let start = first_in(&self.data, &self.sorted, key);
+        let end = place_in(&self.data, &self.sorted, key);
         end - start
     }
 
@@ -423,7 +423,7 @@ impl MsgBuffer {
             self.pending.is_empty(),
             "reading an unsealed buffer (invariant N7)"
         );
-        let start = self.sorted.partition_point(|&o| self.key_at(o) < key);
+        let start = first_in(&self.data, &self.sorted, key);
         n >= 1
             && self
                 .sorted
@@ -437,7 +437,7 @@ impl MsgBuffer {
             self.pending.is_empty(),
             "reading an unsealed buffer (invariant N7)"
         );
-        let start = self.sorted.partition_point(|&o| self.key_at(o) < lo);
+        let start = first_in(&self.data, &self.sorted, lo);
         for &o in &self.sorted[start..] {
             let m = self.at(o);
             if hi.is_some_and(|h| m.key >= h) {
@@ -560,7 +560,59 @@ impl Slot {
 
 /// The key of the packed message at `off` of `data`.
 #[inline]
+/// Where a message for `key` goes in `sorted` (after every message of a key <= `key`). A key
+/// past the last one — a new inode, a new block, the next row of a sequential load — is
+/// answered by one comparison instead of a binary search whose every probe decodes a message
+/// somewhere in the buffer (a cache miss each).
+fn place_in(data: &[u8], sorted: &[u32], key: &[u8]) -> usize {
+    match sorted.last() {
+        Some(&last) if key_at(data, last) <= key => sorted.len(),
+        _ => sorted.partition_point(|&o| key_at(data, o) <= key),
+    }
+}
+
+/// Index of the first message in `sorted` with a key >= `key` (one comparison when `key` is
+/// past the last, as in [`place_in`]).
+fn first_in(data: &[u8], sorted: &[u32], key: &[u8]) -> usize {
+    match sorted.last() {
+        Some(&last) if key_at(data, last) < key => sorted.len(),
+        _ => sorted.partition_point(|&o| key_at(data, o) < key),
+    }
+}
+
 fn key_at(data: &[u8], off: u32) -> &[u8] {
     let (klen, p) = get_varint_trusted(data, off as usize + 9);
     &data[p..p + klen as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The searches with the past-the-end shortcut answer as a plain binary search would,
+        /// for keys before, among, equal to and past the buffer's keys.
+        #[test]
+        fn shortcut_searches_equal_binary_search(
+            keys in prop::collection::vec(prop::collection::vec(0u8..6, 0..4), 0..40),
+            probe in prop::collection::vec(0u8..7, 0..5),
+        ) {
+            let mut buf = MsgBuffer::new();
+            for (i, k) in keys.iter().enumerate() {
+                buf.push(&Op::Delete { key: k.clone() }, Msn(i as u64 + 1));
+            }
+            buf.seal();
+            let (data, sorted) = (&buf.data, &buf.sorted);
+            prop_assert_eq!(
+                place_in(data, sorted, &probe),
+                sorted.partition_point(|&o| key_at(data, o) <= &probe[..])
+            );
+            prop_assert_eq!(
+                first_in(data, sorted, &probe),
+                sorted.partition_point(|&o| key_at(data, o) < &probe[..])
+            );
+        }
+    }
 }
