@@ -173,6 +173,18 @@ impl Op {
         }
     }
 
+    /// At least the length of [`encode`](Self::encode)'s output (varints counted at their
+    /// widest), so a record can be allocated once instead of grown op by op.
+    pub(crate) fn encoded_len_bound(&self) -> usize {
+        const HEAD: usize = 1 + 8 + 10; // kind, msn, key length
+        HEAD + match self {
+            Op::Insert { key, value } => key.len() + 10 + value.len(),
+            Op::Delete { key } => key.len(),
+            Op::Upsert { key, arg, .. } => key.len() + 4 + 10 + arg.len(),
+            Op::DeleteRange { lo, hi } => lo.len() + 10 + hi.len(),
+        }
+    }
+
     /// Appends the packed form of this op with `msn` to `out`.
     pub(crate) fn encode(&self, msn: Msn, out: &mut Vec<u8>) {
         let (kind, key) = match self {

@@ -91,8 +91,17 @@ pub(crate) fn add_extent_ops(payload: &mut Vec<u8>, extents: &[ExtentOp]) {
 /// Encodes a batch record payload. Each op carries its MSN relative to the batch (0, 1, ...),
 /// so the payload can be built before the write lock; [`set_first_msn`] fills in the first MSN
 /// once it is known.
-pub(crate) fn encode_batch<'a>(ops: impl ExactSizeIterator<Item = (u32, &'a Op)>) -> Vec<u8> {
-    let mut out = Vec::new();
+pub(crate) fn encode_batch<'a>(
+    ops: impl ExactSizeIterator<Item = (u32, &'a Op)> + Clone,
+) -> Vec<u8> {
+    // One allocation: grown op by op, a batch of small ops reallocated several times, 7 % of
+    // a FUSE request thread's time under chmod + utime.
+    let bound = 13
+        + ops
+            .clone()
+            .map(|(_, op)| 4 + op.encoded_len_bound())
+            .sum::<usize>();
+    let mut out = Vec::with_capacity(bound);
     out.push(TAG_BATCH);
     out.extend_from_slice(&0u64.to_le_bytes());
     out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
@@ -100,6 +109,10 @@ pub(crate) fn encode_batch<'a>(ops: impl ExactSizeIterator<Item = (u32, &'a Op)>
         out.extend_from_slice(&tree.to_le_bytes());
         op.encode(Msn(i as u64), &mut out);
     }
+    debug_assert!(
+        out.len() <= bound,
+        "Op::encoded_len_bound is below the encoding"
+    );
     out
 }
 
