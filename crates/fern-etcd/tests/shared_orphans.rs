@@ -8,12 +8,14 @@
 //!   model test found "orphans left after the last close" on Create a / Unlink a / Remount);
 //! * two `Fs` of one store never remove each other's registration (before: both used the key
 //!   file ‖ session, so one's close unregistered the other's open and an unlink on a third
-//!   mount freed a file still open).
+//!   mount freed a file still open);
+//! * across stores (sessions): a rename over a file other mounts keep opening completes.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fern_etcd::local::{shared_for_tests, unique_prefix};
-use fern_etcd::EtcdStore;
+use fern_etcd::{EtcdConfig, EtcdStore};
 use fern_fs::path::{OpenOptions, PathFs};
 use fern_fs::{Cred, Fs, MkfsOptions};
 use fern_kv::{Direction, KeyRange, KvRead, KvStore};
@@ -139,4 +141,81 @@ fn puts_into_a_held_tree_go_with_the_session() {
     );
     assert_eq!(keys(&reader, "held"), 0);
     assert_eq!(reader.get(rp, b"k").expect("get"), Some(b"v".to_vec()));
+}
+
+fn mount(cfg: &EtcdConfig) -> (Arc<EtcdStore>, PathFs) {
+    let store = Arc::new(EtcdStore::connect(cfg, fern_fs::registry()).expect("connect"));
+    let fs = Arc::new(Fs::mount(store.clone()).expect("mount"));
+    (store, PathFs::new(fs, Cred::root()))
+}
+
+fn put(p: &PathFs, path: &[u8], data: &[u8]) {
+    let f = p
+        .open(path, OpenOptions::create_write(0o644))
+        .expect("create");
+    p.write_at(&f, 0, data).expect("write");
+    p.close(f).expect("close");
+}
+
+/// A rename over a file that other mounts keep opening and closing completes, and the file
+/// it replaced is freed (docs/distributed.md §7 rule 3). Three `Fs` on one prefix, each with
+/// its own connection and session, as three machines' mounts. Before: the rename's transaction
+/// read the replaced file's registrations, so every open and close of it elsewhere conflicted
+/// it; with readers polling the file (the classic "write a new version, rename it over the
+/// old" update) the rename ran out of retries (EAGAIN).
+#[test]
+fn a_rename_over_a_file_another_mount_keeps_opening_completes_and_frees_it() {
+    let Some(etcd) = shared_for_tests() else {
+        return;
+    };
+    let cfg = etcd.config(&unique_prefix("churn"));
+    let store = EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect");
+    Fs::mkfs(&store, MkfsOptions::default()).expect("mkfs");
+    let (store_a, a) = mount(&cfg);
+    let (_store_b, b) = mount(&cfg);
+    let (_store_c, c) = mount(&cfg);
+    put(&a, b"/target", b"version 0");
+    let stop = Arc::new(AtomicBool::new(false));
+    let opens = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|s| {
+        // Two other machines poll the file, two readers each: open, close, as fast as they
+        // can.
+        for p in [&b, &b, &c, &c] {
+            let (stop, opens) = (&stop, &opens);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(f) = p.open(b"/target", OpenOptions::default()) {
+                        p.close(f).expect("close on a polling mount");
+                        opens.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        while opens.load(Ordering::Relaxed) < 20 {
+            std::thread::yield_now();
+        }
+        for i in 1..=20 {
+            put(&a, b"/next", format!("version {i}").as_bytes());
+            let r = a.rename(b"/next", b"/target", 0);
+            if r.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            r.unwrap_or_else(|e| panic!("rename {i} over a polled file: {e:?}"));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        opens.load(Ordering::Relaxed) >= 20,
+        "the polling mount never opened the file"
+    );
+    let f = b.open(b"/target", OpenOptions::default()).expect("open");
+    assert_eq!(b.read_at(&f, 0, 64).expect("read"), b"version 20");
+    b.close(f).expect("close");
+    // Every replaced version is freed: by the rename's follow-up, or by the poller's close.
+    assert_eq!(
+        keys(&store_a, "fs.orphan"),
+        0,
+        "replaced files left as orphans"
+    );
+    assert_eq!(keys(&store_a, "fs.open"), 0, "registrations left");
 }

@@ -17,6 +17,11 @@ use crate::record::{Dentry, Inode};
 use crate::schema;
 use crate::upsert::StatDelta;
 
+/// Attempts of a transaction removing a file's last name that read the file's open
+/// registrations on a shared store (and free it at once when there are none); later attempts
+/// orphan it without the read (see `Fs::drop_link`).
+const READ_REGISTRATIONS_ATTEMPTS: u32 = 3;
+
 /// What became of an inode whose name was removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fate {
@@ -369,7 +374,9 @@ impl Fs {
         // the read and the commit fails the commit (the read is validated) and the body runs
         // again, so the read cannot be stale when it counts.
         // A removal frees space, so a full store admits it (format.md, B12).
+        let mut attempt = 0;
         let (id, fate, _g) = transact_opts(&*self.kv, &self.policy, |txn| {
+            attempt += 1;
             let (d, g) = match self.known_inline_file(parent, name, dir) {
                 Some(known) => known,
                 None => {
@@ -395,7 +402,7 @@ impl Fs {
                 self.remove_dir_keys(txn, id)?;
             }
             self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
-            let (fate, freed) = self.drop_link(txn, d, now)?;
+            let (fate, freed) = self.drop_link(txn, attempt, d, now)?;
             Ok(((id, fate, g), WriteOptions::NO_SYNC.freeing(freed)))
         })?;
         self.names.remove(parent, name);
@@ -468,6 +475,7 @@ impl Fs {
     pub(crate) fn drop_link(
         &self,
         txn: &mut dyn KvTxn,
+        attempt: u32,
         d: Dentry,
         now: Timespec,
     ) -> FsResult<(Fate, u64)> {
@@ -476,9 +484,16 @@ impl Fs {
         self.inodes.drop_stat(id);
         let linked = matches!(d, Dentry::Linked { .. });
         // On a shared store another mount may hold the file open: its registration, read in
-        // this transaction, counts as an open here (shared.rs).
+        // this transaction, counts as an open here (shared.rs). That read makes the
+        // transaction conflict with every open and close of the file elsewhere, and a rename
+        // over a file other mounts kept opening starved (EAGAIN). So from attempt
+        // `READ_REGISTRATIONS_ATTEMPTS + 1` on, the file becomes an orphan without the read,
+        // and `settle` frees it right after the commit when no session holds it
+        // (shared.rs `free_if_unheld`).
         let open = self.inodes.get(id).is_some_and(|k| k.opens > 0)
-            || (d.kind()? != FileType::Directory && self.held_open(&*txn, id, None)?);
+            || (d.kind()? != FileType::Directory
+                && self.is_shared()
+                && (attempt > READ_REGISTRATIONS_ATTEMPTS || self.held_open(&*txn, id, None)?));
         let mut inode = match d {
             Dentry::Inline { inode, .. } => inode,
             Dentry::Linked { .. } => self.read_record(&*txn, id)?,
@@ -514,7 +529,8 @@ impl Fs {
         Ok((Fate::Freed, 0))
     }
 
-    /// Updates the inode table after a committed removal.
+    /// Updates the inode table after a committed removal; on a shared store, frees an orphan
+    /// that no mount holds open (the caller still holds the inode's lock).
     pub(crate) fn settle(&self, id: InodeId, fate: Fate) {
         match fate {
             Fate::StillLinked => {}
@@ -523,6 +539,11 @@ impl Fs {
                     k.loc = Loc::Inode;
                     k.orphan = true;
                 });
+                let open_here = self.inodes.get(id).is_some_and(|k| k.opens > 0);
+                if !open_here && self.free_if_unheld(id) {
+                    self.inodes.relocate(id, Loc::Gone);
+                    self.inodes.drop_if_unused(id);
+                }
             }
             Fate::Freed => {
                 self.inodes.relocate(id, Loc::Gone);

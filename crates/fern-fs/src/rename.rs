@@ -76,7 +76,9 @@ impl Fs {
         // are taken after it. A change between the reads and the commit fails the commit (the
         // reads are validated) and the body runs again — the same guarantee the old "peek, lock,
         // read again, compare" loop gave, with half the reads.
+        let mut attempt = 0;
         let outcome = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
+            attempt += 1;
             let cur_src = match txn.get(self.t.dentry, &src_key)? {
                 Some(v) => Dentry::decode(&v)?,
                 None => return Err(FsError::NotFound),
@@ -152,7 +154,7 @@ impl Fs {
                         q_nlink -= 1;
                     }
                     let id = cur_dst.id();
-                    dst_fate = Some((id, self.drop_link(txn, cur_dst, now)?.0, dst_dir));
+                    dst_fate = Some((id, self.drop_link(txn, attempt, cur_dst, now)?.0, dst_dir));
                 }
                 if let Some(wid) = whiteout_id {
                     let from = self.dir_inherit(parent)?;

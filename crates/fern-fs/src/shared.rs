@@ -60,6 +60,10 @@ impl Shared {
     }
 }
 
+/// Attempts of [`Fs::free_if_unheld`]: failing costs nothing but a later free, so it does not
+/// wait out a long contention.
+const FREE_ATTEMPTS: u32 = 4;
+
 impl Fs {
     /// Whether other mounts may write this store (then no single-writer cache is trusted).
     pub(crate) fn is_shared(&self) -> bool {
@@ -135,6 +139,34 @@ impl Fs {
             self.free_file(txn.batch(), ino, None)?;
             Ok::<_, FsError>((true, WriteOptions::NO_SYNC.freeing(0)))
         })
+    }
+
+    /// Frees orphan `ino` if no session holds it open, in one transaction that reads its
+    /// registrations; returns whether it did. Called right after a transaction that removed the
+    /// file's last name (namespace.rs `drop_link`: it orphans a file without reading its
+    /// registrations once reading them kept conflicting). Best effort, with few
+    /// attempts: when another mount's opens and closes keep conflicting it, that mount holds
+    /// the file, and its last close frees the orphan (`unregister_open`), or a later mount's
+    /// cleanup does. Never frees on a sole-writer store (nothing is orphaned there but files
+    /// this mount holds open).
+    pub(crate) fn free_if_unheld(&self, ino: InodeId) -> bool {
+        if self.shared.is_none() {
+            return false;
+        }
+        let policy = fern_kv::RetryPolicy {
+            max_attempts: FREE_ATTEMPTS,
+            ..self.policy
+        };
+        let freed = transact_opts(&*self.kv, &policy, |txn| {
+            let orphan = txn.get(self.t.orphan, &schema::id_key(ino))?.is_some();
+            if !orphan || self.held_open(&*txn, ino, None)? {
+                return Ok((false, WriteOptions::NO_SYNC));
+            }
+            self.free_file(txn.batch(), ino, None)?;
+            Ok::<_, FsError>((true, WriteOptions::NO_SYNC.freeing(0)))
+        });
+        // An error leaves the orphan to its holders' last close or to a later mount.
+        freed.unwrap_or(false)
     }
 
     /// Whether some session other than the one whose key is `except` holds file `ino` open,
