@@ -77,9 +77,6 @@ pub(crate) struct Inner {
     /// No background reclamation pass starts before this instant (B13's pacing), unless a
     /// fixed-size image runs short of room.
     pub(crate) reclaim_paced_until: Mutex<Option<std::time::Instant>>,
-    /// Writers do not wake the writeback thread before this instant (set after a round that
-    /// found nothing to write: writeback.rs `QUIET_AFTER_IDLE_ROUND`).
-    pub(crate) writeback_quiet_until: Mutex<Option<std::time::Instant>>,
     /// Data extent bytes bound since the last checkpoint snapshot (X10).
     pub(crate) extent_bytes: std::sync::atomic::AtomicU64,
 }

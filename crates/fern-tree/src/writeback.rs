@@ -24,19 +24,10 @@ use crate::error::Result;
 use crate::stats::WriteCause;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
 
 /// The thread cleans while the cache holds more than this share of its bound (in tenths):
 /// below the 9/10 the writer's eviction leaves behind, so its victims are mostly clean.
 pub(crate) const CLEAN_FROM: usize = 8;
-
-/// After a round that found no dirty leaf to write, writers do not wake the thread for this
-/// long. A cache full of clean nodes (after a checkpoint) keeps `wants_writeback` true, and
-/// every write batch then woke the thread across cores for an empty round that sorted the
-/// cache's nodes under its map lock: 4.5 % of the FUSE request thread's time in postmark
-/// went to those wake-ups alone. Eviction at the bound does not wait for writeback, so a late
-/// round costs nothing but the writer's own encoding of a victim.
-pub(crate) const QUIET_AFTER_IDLE_ROUND: Duration = Duration::from_millis(20);
 
 impl Inner {
     /// Whether the cache is full enough that writeback should run.
@@ -44,21 +35,15 @@ impl Inner {
         self.cache.used_bytes() as usize > self.cache.limit() / 10 * CLEAN_FROM
     }
 
-    /// Wakes the writeback thread, if there is one, the cache is full enough, and the thread's
-    /// last round did not just find nothing to write (see [`QUIET_AFTER_IDLE_ROUND`]).
+    /// Wakes the writeback thread, if there is one and the cache is full enough.
     pub(crate) fn wake_writeback(&self) {
-        let Some(sig) = &self.writeback_signal else {
-            return;
-        };
-        if !self.wants_writeback() {
-            return;
+        if let Some(sig) = self
+            .writeback_signal
+            .as_ref()
+            .filter(|_| self.wants_writeback())
+        {
+            sig.wake();
         }
-        if let Some(until) = *self.writeback_quiet_until.lock() {
-            if Instant::now() < until {
-                return;
-            }
-        }
-        sig.wake();
     }
 
     /// Writes the dirty leaves eviction would write next: those among the least recently used
@@ -69,11 +54,7 @@ impl Inner {
         let over =
             (self.cache.used_bytes() as usize).saturating_sub(self.cache.limit() / 10 * CLEAN_FROM);
         self.counters.writeback_round();
-        let leaves = self.cache.dirty_leaves(over);
-        *self.writeback_quiet_until.lock() = leaves
-            .is_empty()
-            .then(|| Instant::now() + QUIET_AFTER_IDLE_ROUND);
-        for n in leaves {
+        for n in self.cache.dirty_leaves(over) {
             let bytes = n.encode(self.shape.compression);
             let _st = self.state.read();
             let _one = self.cache.writeback_lock();

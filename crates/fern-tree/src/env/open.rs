@@ -249,7 +249,6 @@ impl Env {
             freed_hint: Default::default(),
             reclaim_wanted: AtomicBool::new(false),
             reclaim_paced_until: Mutex::new(None),
-            writeback_quiet_until: Mutex::new(None),
             extent_bytes: Default::default(),
             state: RwLock::new(state),
             cache: Cache::new(opts.cache_bytes, read_only),
