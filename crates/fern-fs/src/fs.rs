@@ -241,13 +241,9 @@ impl Fs {
             fern_kv::transact_opts(&*self.kv, &self.policy, |txn| {
                 let mut opts = WriteOptions::NO_SYNC;
                 for &ino in &ids {
-                    if txn.get(self.t.orphan, &schema::id_key(ino))?.is_none()
-                        || self.held_open(&*txn, ino, None)?
-                    {
-                        continue;
+                    if self.free_orphan_unless_held(txn, ino, None)? {
+                        opts = WriteOptions::NO_SYNC.freeing(0);
                     }
-                    self.free_file(txn.batch(), ino, None)?;
-                    opts = WriteOptions::NO_SYNC.freeing(0);
                 }
                 Ok::<_, FsError>(((), opts))
             })?;

@@ -27,8 +27,9 @@ const READ_REGISTRATIONS_ATTEMPTS: u32 = 3;
 pub(crate) enum Fate {
     /// Other hard links remain.
     StillLinked,
-    /// No name left but open: kept as an orphan until the last release.
-    Orphaned,
+    /// No name left but open: kept as an orphan until the last release. `unchecked`: made an
+    /// orphan on a shared store without reading who holds it (`settle` then checks).
+    Orphaned { unchecked: bool },
     /// No name left and not open: every key deleted.
     Freed,
 }
@@ -490,10 +491,14 @@ impl Fs {
         // `READ_REGISTRATIONS_ATTEMPTS + 1` on, the file becomes an orphan without the read,
         // and `settle` frees it right after the commit when no session holds it
         // (shared.rs `free_if_unheld`).
-        let open = self.inodes.get(id).is_some_and(|k| k.opens > 0)
-            || (d.kind()? != FileType::Directory
-                && self.is_shared()
-                && (attempt > READ_REGISTRATIONS_ATTEMPTS || self.held_open(&*txn, id, None)?));
+        let open_here = self.inodes.get(id).is_some_and(|k| k.opens > 0);
+        let unchecked = !open_here
+            && d.kind()? != FileType::Directory
+            && self.is_shared()
+            && attempt > READ_REGISTRATIONS_ATTEMPTS;
+        let open = open_here
+            || unchecked
+            || (d.kind()? != FileType::Directory && self.held_open(&*txn, id, None)?);
         let mut inode = match d {
             Dentry::Inline { inode, .. } => inode,
             Dentry::Linked { .. } => self.read_record(&*txn, id)?,
@@ -514,7 +519,7 @@ impl Fs {
             inode.stat.ctime = now;
             b.put(self.t.inode, schema::id_key(id), inode.encode_record());
             b.put(self.t.orphan, schema::id_key(id), Vec::new());
-            return Ok((Fate::Orphaned, 0));
+            return Ok((Fate::Orphaned { unchecked }, 0));
         }
         // A directory's own keys (dirparent, xattrs) went with `remove_dir_keys`, and its stat
         // with its entry; a file still has data and perhaps an inode record.
@@ -534,13 +539,12 @@ impl Fs {
     pub(crate) fn settle(&self, id: InodeId, fate: Fate) {
         match fate {
             Fate::StillLinked => {}
-            Fate::Orphaned => {
+            Fate::Orphaned { unchecked } => {
                 self.inodes.update(id, |k| {
                     k.loc = Loc::Inode;
                     k.orphan = true;
                 });
-                let open_here = self.inodes.get(id).is_some_and(|k| k.opens > 0);
-                if !open_here && self.free_if_unheld(id) {
+                if unchecked && self.free_if_unheld(id) {
                     self.inodes.relocate(id, Loc::Gone);
                     self.inodes.drop_if_unused(id);
                 }

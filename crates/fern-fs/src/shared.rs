@@ -25,7 +25,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fern_kv::{transact_opts, Direction, KeyRange, KvRead, WriteOptions};
+use fern_kv::{transact_opts, Direction, KeyRange, KvRead, KvTxn, WriteOptions};
 
 use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
@@ -132,12 +132,13 @@ impl Fs {
         let key = sh.key(ino);
         transact_opts(&*self.kv, &self.policy, |txn| {
             txn.batch().delete(sh.open, key.clone());
-            let orphan = txn.get(self.t.orphan, &schema::id_key(ino))?.is_some();
-            if !orphan || self.held_open(&*txn, ino, Some(&key))? {
-                return Ok((false, WriteOptions::NO_SYNC));
-            }
-            self.free_file(txn.batch(), ino, None)?;
-            Ok::<_, FsError>((true, WriteOptions::NO_SYNC.freeing(0)))
+            let freed = self.free_orphan_unless_held(txn, ino, Some(&key))?;
+            let opts = if freed {
+                WriteOptions::NO_SYNC.freeing(0)
+            } else {
+                WriteOptions::NO_SYNC
+            };
+            Ok::<_, FsError>((freed, opts))
         })
     }
 
@@ -158,15 +159,33 @@ impl Fs {
             ..self.policy
         };
         let freed = transact_opts(&*self.kv, &policy, |txn| {
-            let orphan = txn.get(self.t.orphan, &schema::id_key(ino))?.is_some();
-            if !orphan || self.held_open(&*txn, ino, None)? {
-                return Ok((false, WriteOptions::NO_SYNC));
-            }
-            self.free_file(txn.batch(), ino, None)?;
-            Ok::<_, FsError>((true, WriteOptions::NO_SYNC.freeing(0)))
+            let freed = self.free_orphan_unless_held(txn, ino, None)?;
+            let opts = if freed {
+                WriteOptions::NO_SYNC.freeing(0)
+            } else {
+                WriteOptions::NO_SYNC
+            };
+            Ok::<_, FsError>((freed, opts))
         });
         // An error leaves the orphan to its holders' last close or to a later mount.
         freed.unwrap_or(false)
+    }
+
+    /// In `txn`: frees file `ino` if it is an orphan that no session other than the one whose
+    /// key is `except` holds open; says whether it did. The one rule of every path that frees
+    /// an orphan (last close, after an unchecked removal, mount-time cleanup).
+    pub(crate) fn free_orphan_unless_held(
+        &self,
+        txn: &mut dyn KvTxn,
+        ino: InodeId,
+        except: Option<&[u8]>,
+    ) -> FsResult<bool> {
+        let orphan = txn.get(self.t.orphan, &schema::id_key(ino))?.is_some();
+        if !orphan || self.held_open(&*txn, ino, except)? {
+            return Ok(false);
+        }
+        self.free_file(txn.batch(), ino, None)?;
+        Ok(true)
     }
 
     /// Whether some session other than the one whose key is `except` holds file `ino` open,
