@@ -102,11 +102,7 @@ impl Basement {
                 return Err(self.offs.len());
             }
         }
-        self.offs.binary_search_by(|&o| {
-            let (kl, p) = get_varint_trusted(&self.data, o as usize);
-            let (_, p) = get_varint_trusted(&self.data, p);
-            self.data[p..p + kl as usize].cmp(key)
-        })
+        self.offs.binary_search_by(|&o| self.key_at_off(o).cmp(key))
     }
 
     pub(crate) fn get(&self, key: &[u8]) -> Option<&[u8]> {
