@@ -149,7 +149,13 @@ fn a_full_block_device_refuses_with_enospc_keeps_files_and_recovers_space() {
                 fit.abs_diff(avail) <= DEVICE / 10,
                 "df said {avail} available, {fit} bytes fit"
             );
-            assert!(added * FILE > DEVICE as usize / 3, "only {added} files fit");
+            // mkfs sizes nodes to the device (256 KiB here): with 1 MiB nodes the reserve
+            // and the holes between nodes kept a third of it, and df's figure was missed by
+            // 10–16 % under CPU load.
+            assert!(
+                added * FILE > DEVICE as usize / 4 * 3,
+                "only {added} files of {FILE} bytes fit on a {DEVICE} byte device"
+            );
         }
         verify(&mnt, &live);
         delete_half(&mnt, &mut live);

@@ -58,6 +58,16 @@ fn log_bytes_for(size: u64, default: u64) -> u64 {
     (size / 16 / (1 << 20) * (1 << 20)).clamp(1 << 20, default)
 }
 
+/// Node size of an image of `size` bytes: a 256th, a power of two from 64 KiB to the default
+/// (1 MiB, reached at 256 MiB). Free space counts only holes a whole node fits in and the
+/// reserve is 12 nodes (format.md B11, B12), so 1 MiB nodes on a 64 MiB device left a fifth of
+/// it to the reserve and lost another tenth to holes between nodes.
+fn node_bytes_for(size: u64, default: usize) -> usize {
+    let nth = (size / 256).max(1);
+    let pow2 = 1u64 << (63 - nth.leading_zeros());
+    (pow2 as usize).clamp(64 << 10, default)
+}
+
 /// Runs `fernfs mkfs`.
 pub fn run(args: MkfsArgs) -> Result<(), CmdError> {
     if !fern_fs::schema::valid_block_size(args.block_size) {
@@ -115,6 +125,7 @@ pub fn run(args: MkfsArgs) -> Result<(), CmdError> {
         }
         opts.capacity = Some(size);
         opts.log_bytes = log_bytes_for(size, opts.log_bytes);
+        opts.node_bytes = node_bytes_for(size, opts.node_bytes);
     }
     // Create (or keep) the file, lock it, and only then empty it: a mounted image is refused.
     OpenOptions::new()
@@ -174,6 +185,7 @@ fn mkfs_device(args: &MkfsArgs, mut opts: Options) -> Result<(), CmdError> {
         )));
     }
     opts.log_bytes = log_bytes_for(dev.capacity(), opts.log_bytes);
+    opts.node_bytes = node_bytes_for(dev.capacity(), opts.node_bytes);
     // Headers, catalog and log region lie at the start: clear them so nothing of an earlier
     // file system can be mistaken for log records (see blockdev.rs).
     blockdev::zero_prefix(&dev, opts.log_bytes + (8 << 20)).map_err(err)?;
@@ -234,4 +246,20 @@ fn finish(args: &MkfsArgs, store: TreeStore) -> Result<(), CmdError> {
         args.compression
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_images_get_smaller_nodes() {
+        let d = 1 << 20;
+        assert_eq!(node_bytes_for(16 << 20, d), 64 << 10);
+        assert_eq!(node_bytes_for(64 << 20, d), 256 << 10);
+        assert_eq!(node_bytes_for(100 << 20, d), 256 << 10);
+        assert_eq!(node_bytes_for(256 << 20, d), 1 << 20);
+        assert_eq!(node_bytes_for(1 << 40, d), 1 << 20);
+        assert_eq!(node_bytes_for(0, d), 64 << 10);
+    }
 }
