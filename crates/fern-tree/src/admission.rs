@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use crate::betree;
 use crate::blockfile::{BlockFile, ALIGN};
-use crate::env::{Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, RECLAIM_PACE, ROOM_ROUNDS};
+use crate::env::{
+    Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, RECLAIM_GRACE, RECLAIM_PACE, ROOM_ROUNDS,
+};
 use crate::error::{Error, Result};
 use crate::space::{self, Admission, Space};
 
@@ -190,6 +192,15 @@ impl Env {
         i.freed_hint.store(0, Ordering::Relaxed);
         i.reclaim_wanted.store(true, Ordering::Relaxed);
         if let Some(sig) = &i.ckpt_signal {
+            // A first ask after a quiet spell waits out the grace; asks while a grace or a
+            // pacing pause is pending do not push it further (no starvation under a stream of
+            // deletes).
+            let now = std::time::Instant::now();
+            let mut at = i.reclaim_paced_until.lock();
+            if at.is_none_or(|t| t <= now) {
+                *at = Some(now + RECLAIM_GRACE);
+            }
+            drop(at);
             sig.wake();
             return Ok(());
         }
@@ -199,9 +210,9 @@ impl Env {
         self.reclaim_pass(BACKGROUND_ROUNDS)
     }
 
-    /// Until when the next background reclamation pass must wait (B13's pacing), or `None`
-    /// when it may run now: the pacing interval has passed, or a fixed-size image has less
-    /// than a quarter of its capacity left (room matters more than the pass's cost there).
+    /// Until when the next background reclamation pass must wait (B13's grace and pacing), or
+    /// `None` when it may run now: the wait has passed, or a fixed-size image has less than a
+    /// quarter of its capacity left (room matters more than the pass's cost there).
     pub(crate) fn reclaim_paced_until(&self) -> Option<std::time::Instant> {
         let at = (*self.inner.reclaim_paced_until.lock())?;
         if at <= std::time::Instant::now() {

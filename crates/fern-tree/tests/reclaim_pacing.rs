@@ -96,3 +96,42 @@ fn a_stream_of_deletes_does_not_run_reclamation_back_to_back_and_a_deferred_pass
     }
     env.close().expect("close");
 }
+
+/// B13's grace: a pass asked for after a quiet spell waits a second, so a sync right after a
+/// delete (`rm big; sync`) does not queue behind the pass's checkpoints; the pass still runs
+/// once the grace is over, with no write to wake it.
+#[test]
+fn a_sync_right_after_a_delete_does_not_wait_for_a_reclamation_pass() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(SlowSync(MemDevice::new()));
+    let env = Env::create_on(dev, common::threaded_options(8 << 20)).expect("create");
+    let t = env.tree("t").expect("tree");
+    let mut b = WriteBatch::new();
+    for i in 0..100 {
+        b.insert(&t, &key(i), &[b'v'; 200]);
+    }
+    env.write(b).expect("insert");
+    env.sync().expect("sync");
+    let before = checkpoints(&env);
+    let mut b = WriteBatch::new();
+    b.delete(&t, &key(7));
+    env.write_releasing(b, 8 << 20).expect("delete");
+    env.sync().expect("sync after the delete");
+    // Ungraced, the pass started at once: two checkpoints of two 25 ms syncs each, done well
+    // within this wait.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        checkpoints(&env),
+        before,
+        "a reclamation pass ran right after the delete, beside its sync"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while checkpoints(&env) == before {
+        assert!(
+            Instant::now() < deadline,
+            "the reclamation pass never ran after its grace"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(t.get(&key(7)).expect("get"), None);
+    env.close().expect("close");
+}
