@@ -49,6 +49,15 @@ fn checkpoints(env: &Env) -> u64 {
     env.stats().file.generation
 }
 
+/// Waits up to 10 s for a checkpoint after generation `seen`; fails with `what` otherwise.
+fn await_checkpoint_after(env: &Env, seen: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while checkpoints(env) == seen {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_stream_of_deletes_does_not_run_reclamation_back_to_back_and_a_deferred_pass_runs() {
     let dev: Arc<dyn BlockDevice> = Arc::new(SlowSync(MemDevice::new()));
@@ -86,14 +95,11 @@ fn a_stream_of_deletes_does_not_run_reclamation_back_to_back_and_a_deferred_pass
     );
     // The deletes stopped; a pass the pacing deferred still runs, with no write to wake it.
     let stopped = checkpoints(&env);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while checkpoints(&env) == stopped {
-        assert!(
-            Instant::now() < deadline,
-            "the deferred reclamation pass never ran after the deletes stopped"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_checkpoint_after(
+        &env,
+        stopped,
+        "the deferred reclamation pass never ran after the deletes stopped",
+    );
     env.close().expect("close");
 }
 
@@ -124,14 +130,11 @@ fn a_sync_right_after_a_delete_does_not_wait_for_a_reclamation_pass() {
         before,
         "a reclamation pass ran right after the delete, beside its sync"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while checkpoints(&env) == before {
-        assert!(
-            Instant::now() < deadline,
-            "the reclamation pass never ran after its grace"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_checkpoint_after(
+        &env,
+        before,
+        "the reclamation pass never ran after its grace",
+    );
     assert_eq!(t.get(&key(7)).expect("get"), None);
     env.close().expect("close");
 }
