@@ -31,6 +31,16 @@ impl MsgBuffer {
         Self::default()
     }
 
+    /// An empty buffer with room for `count` messages of `bytes` packed bytes in all (a batch
+    /// knows both before it packs them: no growth while packing).
+    pub(crate) fn with_capacity(bytes: usize, count: usize) -> Self {
+        MsgBuffer {
+            data: Vec::with_capacity(bytes),
+            pending: Vec::with_capacity(count),
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.data.len() == self.dead
     }

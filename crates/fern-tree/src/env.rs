@@ -271,21 +271,30 @@ impl Env {
         st: &mut State,
         ops: impl Iterator<Item = (usize, &'a Op)>,
     ) -> Result<()> {
-        // Group by tree, keeping order; each gets consecutive MSNs in batch order.
-        let mut per_tree: Vec<(usize, MsgBuffer)> = Vec::new();
-        let mut n = 0u64;
+        // Group by tree, keeping order; each gets consecutive MSNs in batch order. Each tree's
+        // buffer is sized first (growing it op by op was 4 % of an unlink's request thread).
+        let ops: Vec<(usize, &Op)> = ops.collect();
+        let mut sizes: Vec<(usize, usize, usize)> = Vec::new();
+        for &(idx, op) in &ops {
+            match sizes.iter_mut().find(|(i, _, _)| *i == idx) {
+                Some((_, bytes, count)) => {
+                    *bytes += op.encoded_len_bound();
+                    *count += 1;
+                }
+                None => sizes.push((idx, op.encoded_len_bound(), 1)),
+            }
+        }
+        let mut per_tree: Vec<(usize, MsgBuffer)> = sizes
+            .into_iter()
+            .map(|(idx, bytes, count)| (idx, MsgBuffer::with_capacity(bytes, count)))
+            .collect();
+        let n = ops.len() as u64;
         for (idx, op) in ops {
             let msn = Msn(st.next_msn);
             st.next_msn += 1;
-            n += 1;
             self.inner.counters.applied(op);
-            match per_tree.iter_mut().find(|(i, _)| *i == idx) {
-                Some((_, b)) => b.push(op, msn),
-                None => {
-                    let mut b = MsgBuffer::new();
-                    b.push(op, msn);
-                    per_tree.push((idx, b));
-                }
+            if let Some((_, b)) = per_tree.iter_mut().find(|(i, _)| *i == idx) {
+                b.push(op, msn);
             }
         }
         for (_, b) in per_tree.iter_mut() {
