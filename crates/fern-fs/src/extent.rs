@@ -381,7 +381,7 @@ impl Fs {
         if size.is_none_or(|s| s >= SLOT_BYTES) {
             self.free_extents(b, id, 0, u64::MAX)?;
         }
-        self.free_inode(b, id);
+        self.free_inode(b, id, size);
         Ok(())
     }
 

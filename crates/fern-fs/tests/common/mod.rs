@@ -103,6 +103,8 @@ struct Counts {
     reads: AtomicUsize,
     scans: AtomicUsize,
     extent_reads: AtomicUsize,
+    /// Range deletes in batches written or committed.
+    range_deletes: AtomicUsize,
 }
 
 impl Counts {
@@ -127,6 +129,15 @@ impl Counts {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.scans.fetch_add(1, Ordering::SeqCst);
         r.scan(tree, range, dir, limit)
+    }
+
+    fn written(&self, batch: &WriteBatch) {
+        let n = batch
+            .ops()
+            .iter()
+            .filter(|op| matches!(op, fern_kv::Op::DeleteRange { .. }))
+            .count();
+        self.range_deletes.fetch_add(n, Ordering::SeqCst);
     }
 
     fn read_extent(
@@ -159,6 +170,10 @@ impl CountingStore {
     pub fn extent_reads(&self) -> usize {
         self.counts.extent_reads.load(Ordering::SeqCst)
     }
+    /// Range deletes written (each stays in the engine's buffers until flushed to the leaves).
+    pub fn range_deletes(&self) -> usize {
+        self.counts.range_deletes.load(Ordering::SeqCst)
+    }
 }
 
 impl KvRead for CountingStore {
@@ -190,6 +205,7 @@ impl KvStore for CountingStore {
         self.inner.tree(name)
     }
     fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
+        self.counts.written(&batch);
         self.inner.write(batch, opts)
     }
     fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
@@ -253,7 +269,8 @@ impl KvTxn for CountingTxn<'_> {
     fn batch(&mut self) -> &mut WriteBatch {
         self.inner.batch()
     }
-    fn commit(self: Box<Self>, opts: WriteOptions) -> KvResult<()> {
+    fn commit(mut self: Box<Self>, opts: WriteOptions) -> KvResult<()> {
+        self.counts.written(self.inner.batch());
         self.inner.commit(opts)
     }
 }

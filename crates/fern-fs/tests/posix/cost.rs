@@ -394,3 +394,28 @@ fn readdirplus_answers_from_its_scan_unless_something_changed_since() {
     assert!(rest.iter().any(|(_, d)| d.name == victim));
     e.fs.releasedir(dh).expect("releasedir");
 }
+
+/// Unlinking a file of a few blocks deletes them one by one (D1 bounds them by its size): a
+/// range delete stays in the engine's buffers until flushed, and every point read below it
+/// checks it. Larger files keep the one range delete; either way no data row is left.
+#[test]
+fn unlinking_a_small_file_deletes_its_blocks_without_a_range_delete() {
+    let e = env();
+    let bs = e.fs.block_size() as usize;
+    put(&e, "/empty", &[]);
+    put(&e, "/small", &vec![1; 3 * bs + 5]);
+    put(&e, "/big", &vec![2; 20 * bs]);
+    let mut cost = Vec::new();
+    for name in ["/empty", "/small", "/big"] {
+        let before = e.store.range_deletes();
+        e.p.unlink(name.as_bytes()).expect("unlink");
+        cost.push(e.store.range_deletes() - before);
+    }
+    // One range delete is the file's xattrs; the big file's data is the second.
+    assert_eq!(
+        cost,
+        vec![1, 1, 2],
+        "range deletes per unlink: empty, 4 blocks, 20 blocks"
+    );
+    assert_eq!(e.keys_in("fs.data"), 0, "data rows left behind");
+}
