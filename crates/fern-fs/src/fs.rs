@@ -245,13 +245,11 @@ impl Fs {
                 .map(|(k, _)| schema::parse_id_key(k))
                 .collect::<FsResult<Vec<_>>>()?;
             fern_kv::transact_opts(&*self.kv, &self.policy, |txn| {
-                let mut opts = WriteOptions::NO_SYNC;
+                let mut freed = false;
                 for &ino in &ids {
-                    if self.free_orphan_unless_held(txn, ino, None)? {
-                        opts = WriteOptions::NO_SYNC.freeing(0);
-                    }
+                    freed |= self.free_orphan_unless_held(txn, ino, None)?;
                 }
-                Ok::<_, FsError>(((), opts))
+                Ok::<_, FsError>(((), crate::shared::freeing_if(freed)))
             })?;
         }
     }

@@ -133,12 +133,7 @@ impl Fs {
         transact_opts(&*self.kv, &self.policy, |txn| {
             txn.batch().delete(sh.open, key.clone());
             let freed = self.free_orphan_unless_held(txn, ino, Some(&key))?;
-            let opts = if freed {
-                WriteOptions::NO_SYNC.freeing(0)
-            } else {
-                WriteOptions::NO_SYNC
-            };
-            Ok::<_, FsError>((freed, opts))
+            Ok::<_, FsError>((freed, freeing_if(freed)))
         })
     }
 
@@ -160,12 +155,7 @@ impl Fs {
         };
         let freed = transact_opts(&*self.kv, &policy, |txn| {
             let freed = self.free_orphan_unless_held(txn, ino, None)?;
-            let opts = if freed {
-                WriteOptions::NO_SYNC.freeing(0)
-            } else {
-                WriteOptions::NO_SYNC
-            };
-            Ok::<_, FsError>((freed, opts))
+            Ok::<_, FsError>((freed, freeing_if(freed)))
         });
         // An error leaves the orphan to its holders' last close or to a later mount.
         freed.unwrap_or(false)
@@ -227,5 +217,15 @@ impl Fs {
             }
             let _ = self.kv.write(b, WriteOptions::NO_SYNC);
         }
+    }
+}
+
+/// The write options of a transaction that freed an orphan (`freed`: it may use the store's
+/// reserve, format.md B12) or only changed registrations.
+pub(crate) fn freeing_if(freed: bool) -> WriteOptions {
+    if freed {
+        WriteOptions::NO_SYNC.freeing(0)
+    } else {
+        WriteOptions::NO_SYNC
     }
 }

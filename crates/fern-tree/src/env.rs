@@ -274,20 +274,14 @@ impl Env {
         // Group by tree, keeping order; each gets consecutive MSNs in batch order. Each tree's
         // buffer is sized first (growing it op by op was 4 % of an unlink's request thread).
         let ops: Vec<(usize, &Op)> = ops.collect();
-        let mut sizes: Vec<(usize, usize, usize)> = Vec::new();
-        for &(idx, op) in &ops {
-            match sizes.iter_mut().find(|(i, _, _)| *i == idx) {
-                Some((_, bytes, count)) => {
-                    *bytes += op.encoded_len_bound();
-                    *count += 1;
-                }
-                None => sizes.push((idx, op.encoded_len_bound(), 1)),
+        let mut per_tree: Vec<(usize, MsgBuffer)> = Vec::new();
+        for &(idx, _) in &ops {
+            if per_tree.iter().all(|(i, _)| *i != idx) {
+                let mine = ops.iter().filter(|(i, _)| *i == idx);
+                let bytes = mine.clone().map(|(_, op)| op.encoded_len_bound()).sum();
+                per_tree.push((idx, MsgBuffer::with_capacity(bytes, mine.count())));
             }
         }
-        let mut per_tree: Vec<(usize, MsgBuffer)> = sizes
-            .into_iter()
-            .map(|(idx, bytes, count)| (idx, MsgBuffer::with_capacity(bytes, count)))
-            .collect();
         let n = ops.len() as u64;
         for (idx, op) in ops {
             let msn = Msn(st.next_msn);
