@@ -25,7 +25,7 @@ use fern_kv::{Direction, ExtentRef, KeyRange, KvError, TreeId, WriteBatch};
 use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};
-use crate::fs::Fs;
+use crate::fs::{Fs, InodeRows};
 use crate::ids::InodeId;
 use crate::overlay;
 use crate::schema::{self, SLOT_BYTES};
@@ -370,18 +370,20 @@ impl Fs {
         Ok(())
     }
 
-    /// Appends the deletion of every key of file `id` and the freeing of its extents (E4);
-    /// `size` (when known) skips the look-up for a file too small to have one.
+    /// Appends the deletion of every key of file `id` that `rows` says may exist and the
+    /// freeing of its extents (E4); `size` (when known) skips the look-up for a file too small
+    /// to have one.
     pub(crate) fn free_file(
         &self,
         b: &mut WriteBatch,
         id: InodeId,
         size: Option<u64>,
+        rows: InodeRows,
     ) -> FsResult<()> {
         if size.is_none_or(|s| s >= SLOT_BYTES) {
             self.free_extents(b, id, 0, u64::MAX)?;
         }
-        self.free_inode(b, id, size);
+        self.free_inode(b, id, size, rows);
         Ok(())
     }
 

@@ -78,6 +78,28 @@ pub(crate) struct Handle {
 /// keys of the tree took 2.0–3.4 µs instead of 1.0–1.1 (fern-tree `examples/range_probe.rs`).
 pub(crate) const POINT_DELETE_BLOCKS: u64 = 8;
 
+/// Which rows of an inode besides its data and its entry may exist when it is freed
+/// ([`Fs::free_inode`]). A delete of a row that cannot exist is not free: each tree a batch
+/// touches costs the engine a root update, and a range delete slows every point read below it
+/// until flushed (an unlink of a small file wrote to five trees, three of them for nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InodeRows {
+    /// Extended attributes (`fs.xattr`): false only for an inode this mount knows has none
+    /// (`Inodes::xattr_free`).
+    pub xattrs: bool,
+    /// An inode record and an orphan record (`fs.inode`, `fs.orphan`): false only for a file
+    /// freed through its inline entry — its one home (fsck S1), and named, so no orphan (S7).
+    pub records: bool,
+}
+
+impl InodeRows {
+    /// Every kind of row may exist (an orphan, or an inode this mount knows nothing about).
+    pub(crate) const ALL: InodeRows = InodeRows {
+        xattrs: true,
+        records: true,
+    };
+}
+
 /// A mounted fernfs. Shareable between threads (`Arc<Fs>`).
 pub struct Fs {
     pub(crate) kv: Arc<dyn KvStore>,
@@ -254,11 +276,18 @@ impl Fs {
         }
     }
 
-    /// Appends the deletion of every key of inode `id`: data, xattrs, inode record, orphan
-    /// record. The data goes by one delete per block when `size` (exact, when given) leaves at
-    /// most [`POINT_DELETE_BLOCKS`] of them — D1: no row lies at or past the size — else by
-    /// one range delete; the xattrs by a range delete.
-    pub(crate) fn free_inode(&self, b: &mut WriteBatch, id: InodeId, size: Option<u64>) {
+    /// Appends the deletion of every key of inode `id`: data, and those of xattrs, inode
+    /// record and orphan record that `rows` says may exist. The data goes by one delete per
+    /// block when `size` (exact, when given) leaves at most [`POINT_DELETE_BLOCKS`] of them —
+    /// D1: no row lies at or past the size — else by one range delete; the xattrs by a range
+    /// delete.
+    pub(crate) fn free_inode(
+        &self,
+        b: &mut WriteBatch,
+        id: InodeId,
+        size: Option<u64>,
+        rows: InodeRows,
+    ) {
         let bs = u64::from(self.block_size());
         match size.map(|s| s.div_ceil(bs)) {
             Some(blocks) if blocks <= POINT_DELETE_BLOCKS => {
@@ -271,10 +300,14 @@ impl Fs {
                 b.delete_range(self.t.data, lo, hi);
             }
         }
-        let (lo, hi) = schema::id_prefix_range(id);
-        b.delete_range(self.t.xattr, lo, hi);
-        b.delete(self.t.inode, schema::id_key(id));
-        b.delete(self.t.orphan, schema::id_key(id));
+        if rows.xattrs {
+            let (lo, hi) = schema::id_prefix_range(id);
+            b.delete_range(self.t.xattr, lo, hi);
+        }
+        if rows.records {
+            b.delete(self.t.inode, schema::id_key(id));
+            b.delete(self.t.orphan, schema::id_key(id));
+        }
     }
 
     /// The stat location of an inode this mount knows.

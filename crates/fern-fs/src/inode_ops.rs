@@ -10,7 +10,7 @@ use fern_kv::{WriteBatch, WriteOptions};
 use crate::attr::{Attr, FileType, SetAttr, TimeSet, Timespec};
 use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
-use crate::fs::{Fs, Handle, MAX_FILE_SIZE, NAME_MAX};
+use crate::fs::{Fs, Handle, InodeRows, MAX_FILE_SIZE, NAME_MAX};
 use crate::ids::{Fh, InodeId};
 use crate::perm::Cred;
 use crate::stored::Shape;
@@ -330,7 +330,7 @@ impl Fs {
         } else if free {
             let mut b = WriteBatch::new();
             let size = self.inodes.shape(ino).map(|s| s.size);
-            self.free_file(&mut b, ino, size)?;
+            self.free_file(&mut b, ino, size, InodeRows::ALL)?;
             self.kv.write(b, WriteOptions::NO_SYNC.freeing(0))?;
             self.inodes.update(ino, |k| {
                 k.orphan = false;

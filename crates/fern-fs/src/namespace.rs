@@ -10,7 +10,7 @@ use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{Attr, FileType, Stat, Timespec};
 use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
-use crate::fs::{validate_name, Fs, PATH_MAX};
+use crate::fs::{validate_name, Fs, InodeRows, PATH_MAX};
 use crate::ids::InodeId;
 use crate::perm::Cred;
 use crate::record::{Dentry, Inode};
@@ -463,7 +463,9 @@ impl Fs {
             }
         }
         txn.batch().delete(self.t.dirparent, schema::id_key(id));
-        txn.batch().delete_range(self.t.xattr, lo, hi);
+        if !self.inodes.xattr_free(id) {
+            txn.batch().delete_range(self.t.xattr, lo, hi);
+        }
         Ok(())
     }
 
@@ -484,6 +486,10 @@ impl Fs {
         // Its stat changes (count, ctime) or goes; the caller holds `id`'s lock.
         self.inodes.drop_stat(id);
         let linked = matches!(d, Dentry::Linked { .. });
+        let rows = InodeRows {
+            xattrs: !self.inodes.xattr_free(id),
+            records: linked,
+        };
         // On a shared store another mount may hold the file open: its registration, read in
         // this transaction, counts as an open here (shared.rs). That read makes the
         // transaction conflict with every open and close of the file elsewhere, and a rename
@@ -524,7 +530,7 @@ impl Fs {
         // A directory's own keys (dirparent, xattrs) went with `remove_dir_keys`, and its stat
         // with its entry; a file still has data and perhaps an inode record.
         if inode.stat.kind()? != FileType::Directory {
-            self.free_file(b, id, Some(inode.stat.size))?;
+            self.free_file(b, id, Some(inode.stat.size), rows)?;
             return Ok((Fate::Freed, inode.stat.size));
         }
         if linked {

@@ -29,7 +29,7 @@ use fern_kv::{transact_opts, Direction, KeyRange, KvRead, KvTxn, WriteOptions};
 
 use crate::cache::Loc;
 use crate::error::{FsError, FsResult};
-use crate::fs::Fs;
+use crate::fs::{Fs, InodeRows};
 use crate::ids::InodeId;
 use crate::schema;
 
@@ -174,7 +174,7 @@ impl Fs {
         if !orphan || self.held_open(&*txn, ino, except)? {
             return Ok(false);
         }
-        self.free_file(txn.batch(), ino, None)?;
+        self.free_file(txn.batch(), ino, None, InodeRows::ALL)?;
         Ok(true)
     }
 

@@ -105,6 +105,9 @@ struct Counts {
     extent_reads: AtomicUsize,
     /// Range deletes in batches written or committed.
     range_deletes: AtomicUsize,
+    /// Trees written, summed over batches written or committed (each tree a batch touches
+    /// costs the engine a root update).
+    trees_written: AtomicUsize,
 }
 
 impl Counts {
@@ -138,6 +141,10 @@ impl Counts {
             .filter(|op| matches!(op, fern_kv::Op::DeleteRange { .. }))
             .count();
         self.range_deletes.fetch_add(n, Ordering::SeqCst);
+        let mut trees: Vec<_> = batch.ops().iter().map(|op| op.tree()).collect();
+        trees.sort_unstable();
+        trees.dedup();
+        self.trees_written.fetch_add(trees.len(), Ordering::SeqCst);
     }
 
     fn read_extent(
@@ -173,6 +180,10 @@ impl CountingStore {
     /// Range deletes written (each stays in the engine's buffers until flushed to the leaves).
     pub fn range_deletes(&self) -> usize {
         self.counts.range_deletes.load(Ordering::SeqCst)
+    }
+    /// Trees written, summed over the batches written and committed.
+    pub fn trees_written(&self) -> usize {
+        self.counts.trees_written.load(Ordering::SeqCst)
     }
 }
 

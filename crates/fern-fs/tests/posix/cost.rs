@@ -397,7 +397,9 @@ fn readdirplus_answers_from_its_scan_unless_something_changed_since() {
 
 /// Unlinking a file of a few blocks deletes them one by one (D1 bounds them by its size): a
 /// range delete stays in the engine's buffers until flushed, and every point read below it
-/// checks it. Larger files keep the one range delete; either way no data row is left.
+/// checks it. Larger files keep the one range delete; either way no data row is left. (The
+/// files are opened by path and closed, so this mount forgets them: their xattrs are deleted
+/// too, by a range delete each.)
 #[test]
 fn unlinking_a_small_file_deletes_its_blocks_without_a_range_delete() {
     let e = env();
@@ -418,4 +420,64 @@ fn unlinking_a_small_file_deletes_its_blocks_without_a_range_delete() {
         "range deletes per unlink: empty, 4 blocks, 20 blocks"
     );
     assert_eq!(e.keys_in("fs.data"), 0, "data rows left behind");
+}
+
+/// An unlink deletes only rows that may exist (fs-design.md §9 "Unlink"): for a file this
+/// mount made, never gave an xattr and still knows (the kernel holds a lookup), its entry,
+/// its parent's stat and its data rows — two trees, no range delete; not the xattr range, the
+/// inode record or the orphan record, which cannot exist. A file with an xattr, or one known
+/// only since a remount, still has its xattrs deleted; nothing is left behind either way.
+#[test]
+fn unlinking_deletes_only_rows_that_may_exist() {
+    let e = env();
+    let sole = e.sole();
+    e.p.mkdir(b"/d", 0o755).expect("mkdir");
+    let dir = e.p.stat(b"/d").expect("stat").ino;
+    e.fs.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup d");
+    let make = |e: &common::Env, name: &[u8], xattr: bool| {
+        let flags = OpenFlags {
+            write: true,
+            exclusive: true,
+            ..OpenFlags::default()
+        };
+        let (attr, fh) =
+            e.fs.create(&fern_fs::Cred::root(), dir, name, 0o644, flags)
+                .expect("create");
+        e.fs.write(fh, 0, &[7; 100]).expect("write");
+        if xattr {
+            e.fs.setxattr(attr.ino, b"user.k", b"v", 0)
+                .expect("setxattr");
+        }
+        e.fs.release(fh).expect("release");
+    };
+    let cost = |e: &common::Env, name: &[u8]| {
+        let (r, t) = (e.store.range_deletes(), e.store.trees_written());
+        e.fs.unlink(dir, name).expect("unlink");
+        (e.store.range_deletes() - r, e.store.trees_written() - t)
+    };
+    make(&e, b"plain", false);
+    make(&e, b"tagged", true);
+    make(&e, b"older", false);
+    let (ranges, trees) = cost(&e, b"plain");
+    if sole {
+        assert_eq!(
+            (ranges, trees),
+            (0, 2),
+            "a known plain file: (range deletes, trees written)"
+        );
+    } else {
+        // Another mount may have set an xattr, and every entry is linked (docs/distributed.md).
+        assert_eq!(ranges, 1, "a shared store's unlink must delete the xattrs");
+    }
+    assert_eq!(cost(&e, b"tagged").0, 1, "a file with an xattr");
+    assert_eq!(e.keys_in("fs.xattr"), 0, "xattrs left behind");
+    let e = e.remount();
+    e.fs.lookup(fern_fs::InodeId::ROOT, b"d").expect("lookup d");
+    e.fs.lookup(dir, b"older").expect("lookup older");
+    assert_eq!(cost(&e, b"older").0, 1, "a file known only since a remount");
+    assert_eq!(e.keys_in("fs.data"), 0, "data rows left behind");
+    assert_eq!(e.keys_in("fs.xattr"), 0, "xattrs left behind");
+    if sole {
+        assert_eq!(e.keys_in("fs.inode"), 1, "only the root's record is left");
+    }
 }
