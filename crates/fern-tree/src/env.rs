@@ -58,6 +58,9 @@ pub(crate) struct Inner {
     pub(crate) ckpt_signal: Option<Arc<Wakeup>>,
     /// Wakes the writeback thread (writeback.rs), if there is one (with the checkpoint thread).
     pub(crate) writeback_signal: Option<Arc<Wakeup>>,
+    /// Message bytes applied (`Counters::message_bytes`) when writers last woke the writeback
+    /// thread: the next wake waits for [`WRITEBACK_EVERY`] more (writeback.rs).
+    pub(crate) writeback_woken_at: std::sync::atomic::AtomicU64,
     /// Wakes the root-drain thread (drain.rs), if there is one (with the checkpoint thread);
     /// without it writers flush their roots inline.
     pub(crate) drain_signal: Option<Arc<Wakeup>>,

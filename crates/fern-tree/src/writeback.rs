@@ -29,18 +29,37 @@ use std::sync::{Arc, Weak};
 /// below the 9/10 the writer's eviction leaves behind, so its victims are mostly clean.
 pub(crate) const CLEAN_FROM: usize = 8;
 
+/// Writers wake the thread at most once per this share of a node of messages applied (in
+/// quarters of `node_bytes`). A round costs a sort of every cached leaf under the cache's lock
+/// and, on a shared core, two context switches; it can only find new work once writes have
+/// dirtied or touched more leaves. Woken on every write, postmark through the mount ran
+/// 17,373 rounds that wrote nothing (0.6 s of its 12.5 s with everything pinned to one CPU).
+pub(crate) const WRITEBACK_EVERY: u64 = 4;
+
 impl Inner {
     /// Whether the cache is full enough that writeback should run.
     pub(crate) fn wants_writeback(&self) -> bool {
         self.cache.used_bytes() as usize > self.cache.limit() / 10 * CLEAN_FROM
     }
 
-    /// Wakes the writeback thread, if there is one and the cache is full enough.
+    /// Wakes the writeback thread, if there is one, the cache is full enough, and a quarter
+    /// node of messages was applied since the last wake ([`WRITEBACK_EVERY`]).
     pub(crate) fn wake_writeback(&self) {
-        if let Some(sig) = self
-            .writeback_signal
-            .as_ref()
-            .filter(|_| self.wants_writeback())
+        let Some(sig) = &self.writeback_signal else {
+            return;
+        };
+        let applied = self.counters.message_bytes();
+        let last = self.writeback_woken_at.load(Ordering::Relaxed);
+        if applied.saturating_sub(last) < self.shape.node_bytes as u64 / WRITEBACK_EVERY
+            || !self.wants_writeback()
+        {
+            return;
+        }
+        // One writer of those racing here wakes it.
+        if self
+            .writeback_woken_at
+            .compare_exchange(last, applied, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
         {
             sig.wake();
         }

@@ -269,6 +269,7 @@ impl Env {
                 .then(|| Arc::new(Wakeup::default())),
             writeback_signal: (opts.checkpoint_thread && !read_only)
                 .then(|| Arc::new(Wakeup::default())),
+            writeback_woken_at: Default::default(),
             drain_signal: (opts.checkpoint_thread && !read_only)
                 .then(|| Arc::new(Wakeup::default())),
         });
