@@ -9,7 +9,8 @@ use std::sync::Arc;
 use crate::betree;
 use crate::blockfile::{BlockFile, ALIGN};
 use crate::env::{
-    Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, RECLAIM_GRACE, RECLAIM_PACE, ROOM_ROUNDS,
+    Env, Inner, BACKGROUND_ROUNDS, RECLAIM_AFTER, RECLAIM_GRACE, RECLAIM_PACE, RELEASE_WAIT,
+    ROOM_ROUNDS,
 };
 use crate::error::{Error, Result};
 use crate::space::{self, Admission, Space};
@@ -210,28 +211,69 @@ impl Env {
         self.reclaim_pass(BACKGROUND_ROUNDS)
     }
 
-    /// Until when the next background reclamation pass must wait (B13's grace and pacing), or
-    /// `None` when it may run now: the wait has passed, or a fixed-size image has less than a
-    /// quarter of its capacity left (room matters more than the pass's cost there).
-    pub(crate) fn reclaim_paced_until(&self) -> Option<std::time::Instant> {
-        let at = (*self.inner.reclaim_paced_until.lock())?;
-        if at <= std::time::Instant::now() {
-            return None;
-        }
-        match self.inner.limit {
-            Some(limit) if self.room(true) < limit / 4 => None,
-            _ => Some(at),
-        }
+    /// Whether a fixed-size image has less than a quarter of its capacity left: room then
+    /// matters more than what reclamation costs (B13: neither graced, paced nor deferred).
+    fn room_is_short(&self) -> bool {
+        self.inner
+            .limit
+            .is_some_and(|limit| self.room(true) < limit / 4)
     }
 
-    /// The checkpoint thread's reclamation pass (B13), which then paces the next one.
-    /// The caller holds `ckpt_lock`.
+    /// Until when the next background reclamation pass must wait (B13's grace and pacing), or
+    /// `None` when it may run now: the wait has passed, or room is short.
+    pub(crate) fn reclaim_paced_until(&self) -> Option<std::time::Instant> {
+        let at = (*self.inner.reclaim_paced_until.lock())?;
+        if at <= std::time::Instant::now() || self.room_is_short() {
+            return None;
+        }
+        Some(at)
+    }
+
+    /// The checkpoint thread's reclamation pass (B13), which then paces the next one. Where
+    /// room is short, rounds each followed by a checkpoint and a closing pair, as at close;
+    /// elsewhere one round of steps, whose release waits for the writers' checkpoints (or
+    /// [`Env::release_freed`]'s, [`RELEASE_WAIT`] later). The caller holds `ckpt_lock`.
     pub(crate) fn background_reclaim_pass(&self) -> Result<()> {
         let start = std::time::Instant::now();
-        self.reclaim_pass(BACKGROUND_ROUNDS)?;
+        self.inner.counters.reclaim_pass();
+        if self.room_is_short() {
+            self.reclaim_pass(BACKGROUND_ROUNDS)?;
+        } else if self.inner.reclaim_wanted.swap(false, Ordering::Relaxed) {
+            if let Some(budget) = self.reclaim_budget() {
+                self.reclaim(budget)?;
+            }
+            // Two checkpoints after this one release what the steps and the deletes that
+            // asked for them freed; the earliest due time stands (asks while one waits do
+            // not postpone it).
+            let after = self.inner.bf.lock().generation();
+            let mut due = self.inner.release_due.lock();
+            let at = due.map_or(start + RELEASE_WAIT, |(at, _)| at);
+            *due = Some((at, after));
+        }
         let end = std::time::Instant::now();
         *self.inner.reclaim_paced_until.lock() = Some(end + (end - start) * RECLAIM_PACE);
         Ok(())
+    }
+
+    /// Runs the checkpoints a background pass's steps still wait for once their due time has
+    /// come (B13). Returns when to look again if they are not due yet. The caller holds
+    /// `ckpt_lock`.
+    pub(crate) fn release_freed(&self) -> Result<Option<std::time::Instant>> {
+        let Some((at, after)) = *self.inner.release_due.lock() else {
+            return Ok(None);
+        };
+        let done = || self.inner.bf.lock().generation() >= after + 2;
+        if !done() && at > std::time::Instant::now() {
+            return Ok(Some(at));
+        }
+        while !done() {
+            self.checkpoint_fuzzy()?;
+        }
+        let mut due = self.inner.release_due.lock();
+        if due.is_some_and(|(_, a)| a == after) {
+            *due = None;
+        }
+        Ok(None)
     }
 
     /// A background reclamation pass (B13): push every buffered delete down, in rounds that

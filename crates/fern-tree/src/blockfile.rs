@@ -647,6 +647,11 @@ impl BlockFile {
         }
     }
 
+    /// Generation of the newest durable checkpoint.
+    pub(crate) fn generation(&self) -> u64 {
+        self.newest.generation
+    }
+
     /// Counters; see [`BlockFileStats`].
     pub fn stats(&self) -> BlockFileStats {
         BlockFileStats {

@@ -355,6 +355,11 @@ pub(crate) fn spawn_checkpointer(inner: Weak<Inner>, sig: Arc<Wakeup>) {
                 None => {}
             }
         }
+        match env.release_freed() {
+            Ok(Some(at)) => own.wake_at(at), // B13: the writers' checkpoints may do it first
+            Ok(None) => {}
+            Err(_) => return false, // poisoned
+        }
         true
     });
 }

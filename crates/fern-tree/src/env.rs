@@ -80,6 +80,10 @@ pub(crate) struct Inner {
     /// No background reclamation pass starts before this instant (B13's pacing), unless a
     /// fixed-size image runs short of room.
     pub(crate) reclaim_paced_until: Mutex<Option<std::time::Instant>>,
+    /// A background pass's steps wait for two checkpoints to release what they freed (B13):
+    /// the generation after which those two come, and when the checkpoint thread runs them
+    /// itself if the writers' checkpoints have not.
+    pub(crate) release_due: Mutex<Option<(std::time::Instant, u64)>>,
     /// Data extent bytes bound since the last checkpoint snapshot (X10).
     pub(crate) extent_bytes: std::sync::atomic::AtomicU64,
 }
@@ -93,10 +97,19 @@ pub(crate) const RECLAIM_AFTER: u64 = 8 << 20;
 /// pass at close.
 pub(crate) const ROOM_ROUNDS: usize = 64;
 
-/// Most rounds of one background pass (B13): it runs beside writers, so it stops after a
-/// bounded amount of work (8 rounds of at most 16 nodes); the next deletes ask again, and
-/// close finishes the rest.
+/// Most rounds of one background pass (B13) where room is short (a fixed-size image with less
+/// than a quarter left): it runs beside writers, so it stops after a bounded amount of work
+/// (8 rounds of at most 16 nodes, each followed by a checkpoint); the next deletes ask again,
+/// and close finishes the rest. Elsewhere a pass is one round with no checkpoint of its own
+/// ([`RELEASE_WAIT`]).
 pub(crate) const BACKGROUND_ROUNDS: usize = 8;
+
+/// How long the checkpoints that release what a background pass's steps freed may be left to
+/// the writers (B13): the checkpoint thread runs the missing ones itself after this. A
+/// checkpoint writes every dirty node, and a pass that ran its own (a pair, and one per round)
+/// cost postmark through the mount, pinned to one CPU, nine of its twelve checkpoints and
+/// ~2 s of its ~12 s; writers that keep writing fill the log and checkpoint anyway.
+pub(crate) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// After a background reclamation pass that took `d`, the next one waits `RECLAIM_PACE × d`
 /// (B13): reclamation takes at most a fifth of the checkpoint thread's time. Unpaced, a

@@ -68,6 +68,8 @@ pub struct WorkStats {
     /// Rounds the writeback thread ran (each looks for dirty leaves to write, and may find
     /// none).
     pub writeback_rounds: u64,
+    /// Background reclamation passes the checkpoint thread ran (format.md B13).
+    pub reclaim_passes: u64,
     /// Flushes of a child buffer into a leaf.
     pub leaf_flushes: u64,
     /// Flushes of a child buffer into an internal node.
@@ -135,6 +137,7 @@ pub(crate) struct Counters {
     writeback_nodes: AtomicU64,
     writeback_bytes: AtomicU64,
     writeback_rounds: AtomicU64,
+    reclaim_passes: AtomicU64,
     leaf_flushes: AtomicU64,
     internal_flushes: AtomicU64,
     flushed_bytes: AtomicU64,
@@ -202,6 +205,11 @@ impl Counters {
         self.writeback_rounds.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a background reclamation pass.
+    pub(crate) fn reclaim_pass(&self) {
+        self.reclaim_passes.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts flushes the background root drain ran.
     pub(crate) fn drained(&self, flushes: u64) {
         self.drained_flushes.fetch_add(flushes, Ordering::Relaxed);
@@ -222,6 +230,7 @@ impl Counters {
             writeback_nodes: l(&self.writeback_nodes),
             writeback_bytes: l(&self.writeback_bytes),
             writeback_rounds: l(&self.writeback_rounds),
+            reclaim_passes: l(&self.reclaim_passes),
             leaf_flushes: l(&self.leaf_flushes),
             internal_flushes: l(&self.internal_flushes),
             flushed_bytes: l(&self.flushed_bytes),

@@ -249,6 +249,7 @@ impl Env {
             freed_hint: Default::default(),
             reclaim_wanted: AtomicBool::new(false),
             reclaim_paced_until: Mutex::new(None),
+            release_due: Mutex::new(None),
             extent_bytes: Default::default(),
             state: RwLock::new(state),
             cache: Cache::new(opts.cache_bytes, read_only),

@@ -77,6 +77,7 @@ pub fn engine_figures(store: &TreeStore, live: bool) -> Value {
             "writeback_nodes": s.work.writeback_nodes,
             "writeback_bytes": s.work.writeback_bytes,
             "writeback_rounds": s.work.writeback_rounds,
+            "reclaim_passes": s.work.reclaim_passes,
             "leaf_flushes": s.work.leaf_flushes,
             "internal_flushes": s.work.internal_flushes,
             "flushed_bytes": s.work.flushed_bytes,
