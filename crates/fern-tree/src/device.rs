@@ -46,6 +46,13 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn host_available(&self) -> io::Result<Option<u64>> {
         Ok(None)
     }
+    /// The first offset at or after `offset` where the device may hold a byte other than
+    /// zero, or `None` if it holds none there: a file's holes and everything past its end read
+    /// as zeros, and a reader looking for something that does not start with a zero may skip
+    /// them. A device that does not know answers `offset` itself (the default).
+    fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        Ok(Some(offset))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -116,6 +123,9 @@ impl BlockDevice for ReadOnlyDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_at(buf, offset)
     }
+    fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        self.0.next_data(offset)
+    }
     fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
         Err(Self::refuse("write"))
     }
@@ -149,6 +159,29 @@ impl BlockDevice for FileDevice {
 
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    /// `lseek(SEEK_DATA)`. Positioned reads and writes do not use the file offset it moves.
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        use std::os::fd::AsRawFd;
+        let Ok(off) = libc::off_t::try_from(offset) else {
+            return Ok(Some(offset));
+        };
+        // SAFETY: lseek only reads its integer arguments; the descriptor is owned by
+        // `self.file`, which stays open for the duration of the call.
+        let at = unsafe { libc::lseek(self.file.as_raw_fd(), off, libc::SEEK_DATA) };
+        if at >= 0 {
+            return Ok(Some(at as u64));
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::ENXIO) => Ok(None), // at or past the end, or only a hole after it
+            // A file system that cannot tell: everything may be data.
+            Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok(Some(offset)),
+            _ => Err(err),
+        }
     }
 
     #[allow(unsafe_code)]
@@ -542,6 +575,9 @@ impl BlockDevice for LimitedDevice {
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.inner.read_at(buf, offset)
+    }
+    fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        self.inner.next_data(offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check(offset.saturating_add(buf.len() as u64))?;

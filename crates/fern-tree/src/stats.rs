@@ -288,6 +288,9 @@ impl BlockDevice for CountingDevice {
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }
+    fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        self.inner.next_data(offset)
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.c.reads.fetch_add(1, Ordering::Relaxed);
         self.c

@@ -48,6 +48,26 @@ impl Region {
         Ok(())
     }
 
+    /// The first LSN at or after `lsn`, and at most `limit`, whose byte the device may hold as
+    /// other than zero: the region's holes (punched log, W9) and the bytes past the device's
+    /// end read as zeros and are skipped, up to the region's end at most (it continues at its
+    /// start). No frame starts in zeros (the magic's first byte is not zero).
+    fn skip_zeros(&self, lsn: u64, limit: u64) -> Result<u64> {
+        let cap = self.cap();
+        let at = lsn % cap;
+        let off = self.loc.offset + at;
+        let end = self.loc.offset + cap;
+        let data = self
+            .dev
+            .next_data(off)
+            .map_err(|e| Error::io(format!("looking for data in the log at LSN {lsn}"), e))?;
+        let next = match data {
+            Some(d) if d < end => lsn + (d.max(off) - off),
+            _ => lsn + (cap - at), // only zeros up to the region's end: go round
+        };
+        Ok(next.min(limit))
+    }
+
     pub(super) fn write(&self, buf: &[u8], lsn: u64) -> Result<()> {
         let cap = self.cap();
         let mut done = 0usize;
@@ -107,6 +127,9 @@ struct Later {
 /// Bytes read at a time while searching for the magic.
 const SEARCH_CHUNK: usize = 1 << 20;
 
+// `Region::skip_zeros` skips zeros while searching for a frame: no frame may start with one.
+const _: () = assert!(RECORD_MAGIC[0] != 0);
+
 /// A forward search for the record magic that reads each byte of the region once: it keeps
 /// the last chunk it read, so the searches W4 makes one after another — each resuming just
 /// past a candidate whose header did not verify, often a few KiB on — look in that chunk
@@ -135,6 +158,10 @@ impl MagicSearch {
         while pos + m <= limit {
             let held = self.at + self.len as u64;
             if pos < self.at || pos + m > held || held > limit {
+                pos = region.skip_zeros(pos, limit)?;
+                if pos + m > limit {
+                    break;
+                }
                 let n = ((limit - pos) as usize).min(SEARCH_CHUNK);
                 self.buf.resize(SEARCH_CHUNK.max(self.buf.len()), 0);
                 region.read(&mut self.buf[..n], pos)?;
@@ -326,7 +353,84 @@ pub(crate) fn read_record(region: &Region, lsn: Lsn) -> Result<LogRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{BlockDevice, MemDevice};
+    use crate::device::{BlockDevice, FileDevice, MemDevice};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A device that counts the bytes read through it.
+    #[derive(Debug)]
+    struct Reads(Arc<dyn BlockDevice>, AtomicU64);
+
+    impl BlockDevice for Reads {
+        fn len(&self) -> std::io::Result<u64> {
+            self.0.len()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.1.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            self.0.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.0.write_at(buf, offset)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.0.set_len(len)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.0.sync()
+        }
+        fn next_data(&self, offset: u64) -> std::io::Result<Option<u64>> {
+            self.0.next_data(offset)
+        }
+    }
+
+    /// The search skips what a file holds as holes or does not hold at all (past its end),
+    /// going round the region, and finds the same frames as reading every byte: the magic
+    /// after a 40 MiB hole, then, past the file's end, the ones of the next lap.
+    #[test]
+    fn magic_search_skips_holes_and_the_end_of_a_file() {
+        const CAP: u64 = 64 << 20;
+        const BASE: u64 = 4096;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file: Arc<dyn BlockDevice> =
+            Arc::new(FileDevice::create(dir.path().join("img")).expect("create"));
+        let block: Vec<u8> = (0..8192).map(|i| (i % 200 + 1) as u8).collect();
+        let mut first = block.clone();
+        first[100..104].copy_from_slice(&RECORD_MAGIC);
+        let mut second = block.clone();
+        second[10..14].copy_from_slice(&RECORD_MAGIC);
+        file.write_at(&first, BASE).expect("write");
+        file.write_at(&second, BASE + (40 << 20)).expect("write"); // a hole before it
+        assert_ne!(
+            file.next_data(BASE + 8192).expect("next_data"),
+            Some(BASE + 8192),
+            "the temporary directory's file system reports no holes (SEEK_DATA)"
+        );
+        let dev = Arc::new(Reads(file, AtomicU64::new(0)));
+        let region = Region {
+            dev: dev.clone(),
+            loc: BlockLoc {
+                offset: BASE,
+                len: CAP as u32,
+            },
+        };
+        let mut s = MagicSearch::new();
+        assert_eq!(
+            s.next(&region, 200, 2 * CAP).unwrap(),
+            Some((40 << 20) + 10)
+        );
+        assert_eq!(
+            s.next(&region, (40 << 20) + 11, 2 * CAP).unwrap(),
+            Some(CAP + 100),
+            "past the file's end, the search goes round to the region's start"
+        );
+        let lap = CAP + (40 << 20) + 10;
+        assert_eq!(s.next(&region, CAP + 101, 2 * CAP).unwrap(), Some(lap));
+        assert_eq!(s.next(&region, lap + 1, 2 * CAP).unwrap(), None);
+        let read = dev.1.load(Ordering::Relaxed);
+        assert!(
+            read <= 4 * SEARCH_CHUNK as u64,
+            "{read} bytes read to search a 64 MiB region holding 16 KiB"
+        );
+    }
 
     /// The windowed search finds what a byte-by-byte search finds, from every kind of start:
     /// magics inside a chunk, straddling a chunk's end, at the region's end, and none.
