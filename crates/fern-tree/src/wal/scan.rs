@@ -354,33 +354,6 @@ pub(crate) fn read_record(region: &Region, lsn: Lsn) -> Result<LogRecord> {
 mod tests {
     use super::*;
     use crate::device::{BlockDevice, FileDevice, MemDevice};
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    /// A device that counts the bytes read through it.
-    #[derive(Debug)]
-    struct Reads(Arc<dyn BlockDevice>, AtomicU64);
-
-    impl BlockDevice for Reads {
-        fn len(&self) -> std::io::Result<u64> {
-            self.0.len()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.1.fetch_add(buf.len() as u64, Ordering::Relaxed);
-            self.0.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-            self.0.write_at(buf, offset)
-        }
-        fn set_len(&self, len: u64) -> std::io::Result<()> {
-            self.0.set_len(len)
-        }
-        fn sync(&self) -> std::io::Result<()> {
-            self.0.sync()
-        }
-        fn next_data(&self, offset: u64) -> std::io::Result<Option<u64>> {
-            self.0.next_data(offset)
-        }
-    }
 
     /// The search skips what a file holds as holes or does not hold at all (past its end),
     /// going round the region, and finds the same frames as reading every byte: the magic
@@ -404,9 +377,9 @@ mod tests {
             Some(BASE + 8192),
             "the temporary directory's file system reports no holes (SEEK_DATA)"
         );
-        let dev = Arc::new(Reads(file, AtomicU64::new(0)));
+        let (dev, counters) = crate::stats::counted(file);
         let region = Region {
-            dev: dev.clone(),
+            dev,
             loc: BlockLoc {
                 offset: BASE,
                 len: CAP as u32,
@@ -425,7 +398,7 @@ mod tests {
         let lap = CAP + (40 << 20) + 10;
         assert_eq!(s.next(&region, CAP + 101, 2 * CAP).unwrap(), Some(lap));
         assert_eq!(s.next(&region, lap + 1, 2 * CAP).unwrap(), None);
-        let read = dev.1.load(Ordering::Relaxed);
+        let read = counters.device().bytes_read;
         assert!(
             read <= 4 * SEARCH_CHUNK as u64,
             "{read} bytes read to search a 64 MiB region holding 16 KiB"
