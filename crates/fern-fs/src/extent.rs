@@ -233,11 +233,13 @@ impl Fs {
             schema::block_key(ino, slot * per),
             schema::block_key(ino, (slot + 1) * per),
         );
+        let mut buf = self.kv.extent_buffer(data.len());
+        buf.extend_from_slice(data);
         b.put_extent(
             xt,
             schema::extent_key(ino, slot),
             &[schema::EXTENT_TAG],
-            data.to_vec(),
+            buf,
         );
         Ok(())
     }

@@ -464,6 +464,10 @@ impl KvStore for TreeStore {
         self.limits
     }
 
+    fn extent_buffer(&self, len: usize) -> Vec<u8> {
+        self.env().extent_buffer(len)
+    }
+
     fn space_used(&self) -> Option<u64> {
         // Every allocated extent (nodes, block tables, the log region), not the file length:
         // holes left by freed nodes are reused before the file grows.

@@ -109,6 +109,14 @@ pub trait KvStore: KvRead + Send + Sync {
     /// What one atomic batch or commit may hold.
     fn limits(&self) -> Limits;
 
+    /// An empty buffer with room for `len` bytes, to fill with the data of an extent
+    /// ([`WriteBatch::put_extent`](crate::WriteBatch::put_extent)). A backend that keeps the
+    /// buffers of extents it has written hands one back, so that filling it touches pages
+    /// already resident; any `Vec` is accepted as extent data.
+    fn extent_buffer(&self, len: usize) -> Vec<u8> {
+        Vec::with_capacity(len)
+    }
+
     /// Bytes the store occupies on its media, when the backend can tell without scanning
     /// (fern-fs reports it as used blocks in statfs). `None`: unknown.
     fn space_used(&self) -> Option<u64> {

@@ -86,6 +86,8 @@ pub(crate) struct Inner {
     pub(crate) release_due: Mutex<Option<(std::time::Instant, u64)>>,
     /// Data extent bytes bound since the last checkpoint snapshot (X10).
     pub(crate) extent_bytes: std::sync::atomic::AtomicU64,
+    /// Data buffers of written extents, for the next writers (extent.rs `BufferPool`).
+    pub(crate) extent_buffers: crate::extent::BufferPool,
 }
 
 /// Data bytes deleted (as releasing batches report them) after which the deletes are pushed
@@ -452,6 +454,9 @@ impl Env {
         let mut batch = batch;
         let written = self.write_extents(&batch.extents)?;
         let ext_ops = crate::extent::fill_refs(&mut batch, &written.refs);
+        // The data is on the device (or the batch fails below and frees its space): the
+        // buffers serve the next writers.
+        self.recycle_extent_buffers(&mut batch.extents);
         let mut payload = wal::encode_batch(batch.ops.iter().map(|(t, op)| (t.idx as u32, op)));
         if !ext_ops.is_empty() {
             wal::add_extent_ops(&mut payload, &ext_ops);

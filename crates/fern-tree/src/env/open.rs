@@ -251,6 +251,7 @@ impl Env {
             reclaim_paced_until: Mutex::new(None),
             release_due: Mutex::new(None),
             extent_bytes: Default::default(),
+            extent_buffers: Default::default(),
             state: RwLock::new(state),
             cache: Cache::new(opts.cache_bytes, read_only),
             bf: Mutex::new(bf),
