@@ -57,15 +57,18 @@ pub(crate) struct DirCursor {
     at_end: bool,
 }
 
+/// A row of a read-ahead scan and the lock-release count taken before that scan. Boxed where
+/// it is kept: an inline entry holds a whole inode (~170 bytes), and a handle's lists of
+/// ~200-byte entries were fresh mappings of the allocator (above its 64 KiB mmap threshold)
+/// whose pages faulted in on every scan — a quarter of a cold 20,000-name listing.
+type Scanned = (Dentry, u64);
+
+/// (name, entry) rows of a directory scan, as the store returned them.
+type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// One listed name as a handle keeps it: what a plain readdir returns. Not a [`DirEntry`],
 /// whose room for attributes would more than double the memory of a handle that lists a
 /// large directory (the handle keeps every returned name: they are the FUSE offsets).
-/// A row of a read-ahead scan and the lock-release count taken before that scan.
-type Scanned = (Dentry, u64);
-
-/// (name, entry) rows of a directory scan.
-type Rows = Vec<(Vec<u8>, Dentry)>;
-
 #[derive(Clone, Debug)]
 struct Listed {
     name: Vec<u8>,
@@ -76,8 +79,9 @@ struct Listed {
     /// has finished since the scan (every one holds a stripe lock across its commit), so a
     /// readdirplus may answer from it instead of reading the entry again — the point read per
     /// listed file that F3's `os.walk` paid (docs/fs-design.md §8). Only on a sole-writer
-    /// store: another mount's changes do not move this count.
-    scanned: Option<Scanned>,
+    /// store: another mount's changes do not move this count. Taken when the entry is
+    /// served: an entry served again after a seek back reads its attributes afresh.
+    scanned: Option<Box<Scanned>>,
 }
 
 impl DirCursor {
@@ -104,17 +108,17 @@ impl DirCursor {
     }
 
     /// Returns up to `limit` entries from `ahead` with their FUSE offsets.
-    fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry, Option<Scanned>)> {
+    fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry, Option<Box<Scanned>>)> {
         let n = limit.min(self.ahead.len());
         let mut out = Vec::with_capacity(n);
-        for l in self.ahead.drain(..n) {
+        for mut l in self.ahead.drain(..n) {
             let e = DirEntry {
                 name: l.name.clone(),
                 ino: l.ino,
                 kind: l.kind,
                 attr: None,
             };
-            let scanned = l.scanned.clone();
+            let scanned = l.scanned.take();
             self.returned.push(l);
             out.push((self.returned.len() as u64, e, scanned));
         }
@@ -135,7 +139,8 @@ impl Fs {
     ) -> FsResult<Vec<DirEntry>> {
         let (rows, _) = self.list_rows(dir, after, limit)?;
         let mut out = Vec::with_capacity(rows.len());
-        for (name, d) in rows {
+        for (k, v) in rows {
+            let (name, d) = (schema::name_of(&k)?.to_vec(), Dentry::decode(&v)?);
             let attr = if plus {
                 let (_, inode) = self.resolve(&*self.kv, dir, &name, d.clone())?;
                 Some(self.attr_of(d.id(), &inode)?)
@@ -152,9 +157,10 @@ impl Fs {
         Ok(out)
     }
 
-    /// The entries of `dir` after `after` (at most `limit`) as (name, entry) rows, and the
-    /// lock-release count taken just before the scan (after the listing's own atime update,
-    /// which takes and releases `dir`'s lock).
+    /// The entries of `dir` after `after` (at most `limit`) as (key, value) rows of the
+    /// `dentry` tree (the callers decode them into what they keep), and the lock-release count
+    /// taken just before the scan (after the listing's own atime update, which takes and
+    /// releases `dir`'s lock).
     fn list_rows(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> FsResult<(Rows, u64)> {
         self.require_dir(dir)?;
         if after.is_none() {
@@ -173,14 +179,10 @@ impl Fs {
             lo,
             hi: Bound::Excluded(hi),
         };
-        let pairs = self
+        let rows = self
             .kv
             .scan(self.t.dentry, &range, Direction::Forward, limit)?;
-        let mut out = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            out.push((schema::name_of(&k)?.to_vec(), Dentry::decode(&v)?));
-        }
-        Ok((out, since))
+        Ok((rows, since))
     }
 
     /// Opens directory `dir` for a FUSE-style listing with u64 offsets. Like a file handle,
@@ -240,12 +242,13 @@ impl Fs {
             let at_end = rows.len() < READ_AHEAD.max(limit);
             let sole = !self.is_shared();
             let mut entries = Vec::with_capacity(rows.len());
-            for (name, d) in rows {
+            for (k, v) in rows {
+                let d = Dentry::decode(&v)?;
                 entries.push(Listed {
-                    name,
+                    name: schema::name_of(&k)?.to_vec(),
                     ino: d.id(),
                     kind: d.kind()?,
-                    scanned: sole.then_some((d, since)),
+                    scanned: sole.then(|| Box::new((d, since))),
                 });
             }
             let mut handles = self.handles.lock();
@@ -336,9 +339,9 @@ impl Fs {
         &self,
         dir: InodeId,
         mut e: DirEntry,
-        scanned: Option<Scanned>,
+        scanned: Option<Box<Scanned>>,
     ) -> FsResult<Option<DirEntry>> {
-        if let Some((d, since)) = scanned {
+        if let Some((d, since)) = scanned.map(|b| *b) {
             if let Some(attr) = self.attr_from_scan(dir, &e, d, since)? {
                 e.kind = attr.kind;
                 e.attr = Some(attr);
