@@ -178,6 +178,29 @@ impl KernelMount {
         &self.mountpoint
     }
 
+    /// Sets the kernel's read-ahead for this mount to `bytes` (rounded down to KiB; 0 leaves
+    /// it) through its backing device's `read_ahead_kb`. Writing there needs root: without it,
+    /// or on a kernel without the file, the mount keeps the kernel's read-ahead and the reason
+    /// goes to the log (a slower sequential read is no reason to refuse a mount).
+    pub fn set_read_ahead(&self, bytes: u32) {
+        if bytes < 1024 {
+            return;
+        }
+        let (major, minor) = self.dev;
+        let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+        match std::fs::write(&path, format!("{}\n", bytes / 1024)) {
+            Ok(()) => log::debug!(
+                "read-ahead of {}: {} KiB",
+                self.mountpoint.display(),
+                bytes / 1024
+            ),
+            Err(e) => log::info!(
+                "read-ahead of {} left at the kernel's: writing {path}: {e}",
+                self.mountpoint.display()
+            ),
+        }
+    }
+
     fn is(&self, e: &MountEntry) -> bool {
         e.id == self.id && e.dev == self.dev
     }

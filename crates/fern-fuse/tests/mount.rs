@@ -696,3 +696,46 @@ fn missing_names_are_cached_only_where_the_mount_is_the_only_writer() {
         m.unmount().unwrap();
     }
 }
+
+/// The mount's read-ahead as the kernel has it, in KiB (its backing device's `read_ahead_kb`).
+fn read_ahead_kb(mp: &Path) -> u64 {
+    let dev = fs::metadata(mp).unwrap().dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// After the handshake the mount's read-ahead is `read_ahead` (1 MiB by default), so a large
+/// file read in sequence arrives as 1 MiB READs — one per data extent — instead of the
+/// kernel's 128 KiB; `read_ahead=0` leaves the kernel's own.
+#[test]
+fn the_mounts_read_ahead_is_set_after_the_handshake() {
+    if skipped(Need::Fuse, fuse_as_root()) {
+        return;
+    }
+    let s = scratch(Duration::from_secs(60));
+    let fs_ = Arc::new(Fs::mount(s.kv.clone()).expect("fern-fs mount"));
+    let kernel_default = {
+        let mut opts = MountOptions::default();
+        opts.parse_into("read_ahead=0").unwrap();
+        let m = Mounted::spawn(fs_.clone(), &s.mp, &opts).expect("FUSE mount");
+        let kb = read_ahead_kb(&s.mp);
+        m.unmount().unwrap();
+        kb
+    };
+    for (option, want) in [("", 1024), ("read_ahead=256k", 256)] {
+        let mut opts = MountOptions::default();
+        opts.parse_into(option).unwrap();
+        let m = Mounted::spawn(fs_.clone(), &s.mp, &opts).expect("FUSE mount");
+        assert_eq!(read_ahead_kb(&s.mp), want, "with '{option}'");
+        m.unmount().unwrap();
+    }
+    assert_ne!(
+        kernel_default, 1024,
+        "the kernel's own read-ahead was left alone"
+    );
+}

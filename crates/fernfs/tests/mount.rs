@@ -688,6 +688,9 @@ fn demo_names_the_host_type_and_prints_the_ratio() {
         .arg(root.join("scripts/demo"))
         .env("FILES", "200")
         .env("DEMO_DIR", tmp.path())
+        // The binary this test run built: `cargo build -p fernfs` alone would unify other
+        // features than the workspace's test build and rebuild it (~100 s of CI).
+        .env("FERNFS", env!("CARGO_BIN_EXE_fernfs"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

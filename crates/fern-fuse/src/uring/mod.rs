@@ -326,6 +326,8 @@ impl<H: Handler> Mount<H> {
                 return Err(e);
             }
         };
+        // After the handshake: the INIT reply may only lower the kernel's read-ahead.
+        kernel.set_read_ahead(opts.read_ahead);
         let line = format!(
             "FUSE transport of {}: {}",
             mountpoint.display(),
