@@ -59,8 +59,9 @@ pub(crate) struct DirCursor {
 
 /// A row of a read-ahead scan and the lock-release count taken before that scan. Boxed where
 /// it is kept: an inline entry holds a whole inode (~170 bytes), and a handle's lists of
-/// ~200-byte entries were fresh mappings of the allocator (above its 64 KiB mmap threshold)
-/// whose pages faulted in on every scan — a quarter of a cold 20,000-name listing.
+/// ~200-byte entries were fresh mappings of the allocator (above glibc's fixed 64 KiB mmap
+/// threshold, which the binary then used) whose pages faulted in on every scan — a quarter
+/// of a cold 20,000-name listing.
 type Scanned = (Dentry, u64);
 
 /// (name, entry) rows of a directory scan, as the store returned them.

@@ -204,11 +204,12 @@ const POOL_BYTES: usize = 4 << 20;
 const POOL_MIN: usize = 64 << 10;
 
 /// Data buffers of extents already written, handed to the next writer
-/// ([`Env::extent_buffer`]). A fresh buffer of 1 MiB is an `mmap` (the `fernfs` binary fixes
-/// the allocator's mmap threshold at 64 KiB) whose 256 pages fault in zeroed as the data is
-/// copied into it, and its drop is a `munmap`: a third of the CPU of a 1 MiB write through
-/// the library. A recycled buffer's pages are resident. At most [`POOL_BYTES`] are kept,
-/// outside the node cache's budget.
+/// ([`Env::extent_buffer`]). Under glibc with a fixed mmap threshold (how the `fernfs` binary
+/// ran before it moved to jemalloc, and how design.md §2.7 tells an embedder on glibc to run) a
+/// fresh 1 MiB buffer is an `mmap` whose 256 pages fault in zeroed as the data is copied into
+/// it, and its drop is a `munmap`: a third of the CPU of a 1 MiB write through the library.
+/// A recycled buffer's pages are resident whatever the allocator. At most [`POOL_BYTES`] are
+/// kept, outside the node cache's budget.
 #[derive(Default)]
 pub(crate) struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
