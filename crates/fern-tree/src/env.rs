@@ -309,14 +309,11 @@ impl Env {
                 b.push(op, msn);
             }
         }
-        for (_, b) in per_tree.iter_mut() {
-            b.seal();
-        }
         st.messages += n;
         let ctx = self.ctx();
         let drain = self.inner.drain_signal.as_ref();
         let mut over = false;
-        for (idx, msgs) in &per_tree {
+        for (idx, msgs) in &mut per_tree {
             let root = st.trees[*idx].root;
             let (root, o) = betree::write(&ctx, root, msgs, drain.is_some())?;
             st.trees[*idx].root = root;

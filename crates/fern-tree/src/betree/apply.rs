@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{covers_all, delta, intersects, range_of, Ctx};
 use crate::basement::Basement;
-use crate::buffer::MsgBuffer;
+use crate::buffer::{KeyOrder, MsgBuffer};
 use crate::error::Result;
 use crate::ids::NodeId;
 use crate::msg::{Kind, MsgRef};
@@ -68,9 +68,16 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
             deltas,
         } => {
             let mut fresh = Vec::new();
+            // A sealed source (a flushed buffer; a batch for a leaf root) already knows its
+            // key order: each child's round is sorted by reading it off (KeyOrder).
+            let mut order = msgs.is_sealed().then(|| KeyOrder::new(children.len()));
             for (m, raw) in msgs.in_msn_order() {
                 if m.kind != Kind::RangeDelete {
-                    bufs[child_for(pivots, m.key)].get_mut().push_raw(raw);
+                    let i = child_for(pivots, m.key);
+                    bufs[i].get_mut().push_raw(raw);
+                    if let Some(o) = &mut order {
+                        o.note(raw, i);
+                    }
                     continue;
                 }
                 for i in 0..children.len() {
@@ -94,8 +101,10 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
                     }
                 }
             }
-            for b in bufs.iter_mut() {
-                b.get_mut().seal_coalescing(ctx.upserts);
+            let hints = order.map(|o| o.hints(&[msgs])).unwrap_or_default();
+            for (i, b) in bufs.iter_mut().enumerate() {
+                let hint = hints.get(i).filter(|h| !h.is_empty()).map(Vec::as_slice);
+                b.get_mut().seal_coalescing(ctx.upserts, hint);
             }
             // Children replaced by empty leaves that received nothing since: remove them; a
             // neighbour takes the (now empty) key range.

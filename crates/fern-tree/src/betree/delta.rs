@@ -5,7 +5,7 @@
 //! Never: decides which buffer flushes (flush.rs) or reshapes nodes (reshape.rs).
 
 use super::{intersects, range_of, Ctx, Shape};
-use crate::buffer::MsgBuffer;
+use crate::buffer::{KeyOrder, MsgBuffer};
 use crate::error::Result;
 use crate::msg::{Kind, MsgRef};
 use crate::node::{child_for, DeltaRef, Node, SharedNode};
@@ -52,9 +52,12 @@ fn partition(msgs: &MsgBuffer, target: usize) -> (Vec<Vec<u8>>, Vec<MsgBuffer>) 
         prev = Some(m.key);
     }
     let mut parts = vec![MsgBuffer::new(); pivots.len() + 1];
+    let mut order = KeyOrder::new(parts.len());
     for (m, raw) in msgs.in_msn_order() {
         if m.kind != Kind::RangeDelete {
-            parts[child_for(&pivots, m.key)].push_raw(raw);
+            let i = child_for(&pivots, m.key);
+            parts[i].push_raw(raw);
+            order.note(raw, i);
             continue;
         }
         for (i, part) in parts.iter_mut().enumerate() {
@@ -64,8 +67,8 @@ fn partition(msgs: &MsgBuffer, target: usize) -> (Vec<Vec<u8>>, Vec<MsgBuffer>) 
             }
         }
     }
-    for p in &mut parts {
-        p.seal();
+    for (p, hint) in parts.iter_mut().zip(order.hints(&[msgs])) {
+        p.seal_hinted(&hint);
     }
     (pivots, parts)
 }
@@ -84,24 +87,37 @@ pub(super) fn fold(
     }
     let nodes = fetch(ctx, deltas)?;
     let mut all = MsgBuffer::new();
+    let mut order = KeyOrder::new(1);
+    let mut sources: Vec<&MsgBuffer> = Vec::new();
     let mut msgs: Vec<(MsgRef<'_>, &[u8])> = Vec::new();
     for n in &nodes {
         // A delta's partitions back in MSN order: each is in MSN order, and a range delete
         // stored in several partitions is one message (one MSN).
         msgs.clear();
         for i in 0..=n.pivots().len() {
-            msgs.extend(ctx.delta_msgs(n, i)?.in_msn_order());
+            let part = ctx.delta_msgs(n, i)?;
+            msgs.extend(part.in_msn_order());
+            sources.push(part);
         }
         msgs.sort_by_key(|(m, _)| m.msn);
         msgs.dedup_by_key(|(m, _)| m.msn);
-        for (_, raw) in &msgs {
+        for (m, raw) in &msgs {
             all.push_raw(raw);
+            if m.kind != Kind::RangeDelete {
+                order.note(raw, 0);
+            }
         }
     }
-    for (_, raw) in newer.in_msn_order() {
+    for (m, raw) in newer.in_msn_order() {
         all.push_raw(raw);
+        if m.kind != Kind::RangeDelete {
+            order.note(raw, 0);
+        }
     }
-    all.seal();
+    // Sorted runs, one per source: a delta's partitions in key order, then the newer buffer.
+    sources.push(&newer);
+    let hint = order.hints(&sources).pop().unwrap_or_default();
+    all.seal_hinted(&hint);
     drop(nodes);
     free(ctx, deltas);
     ctx.counters.delta(true);
