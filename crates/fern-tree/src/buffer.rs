@@ -147,7 +147,7 @@ impl MsgBuffer {
         if let Some(order) = hint.and_then(|h| permuted(&pending, h)) {
             pending = order;
         }
-        pending.sort_by(|&a, &b| self.key_at(a).cmp(self.key_at(b)).then(a.cmp(&b)));
+        sort_by_key(&self.data, &mut pending, |off| off);
         if self.sorted.is_empty() {
             self.sorted = pending;
             return;
@@ -228,11 +228,7 @@ impl MsgBuffer {
                 let round: Vec<u32> = (0..pending.len() as u32).collect();
                 let mut order = hint.and_then(|h| permuted(&round, h)).unwrap_or(round);
                 // Ties by index, i.e. MSN, whatever order a hint started from.
-                order.sort_by(|&a, &b| {
-                    key_at(data, pending[a as usize])
-                        .cmp(key_at(data, pending[b as usize]))
-                        .then(a.cmp(&b))
-                });
+                sort_by_key(data, &mut order, |i| pending[i as usize]);
                 let mut at = vec![0usize; pending.len()];
                 let mut j = 0;
                 for &i in &order {
@@ -529,7 +525,7 @@ impl MsgBuffer {
             )));
         }
         // Data order is MSN order, so a stable sort by key yields (key, MSN) order.
-        points.sort_by(|&a, &b| buf.key_at(a).cmp(buf.key_at(b)));
+        sort_by_key(&buf.data, &mut points, |off| off);
         buf.sorted = points;
         Ok(buf)
     }
@@ -638,6 +634,39 @@ fn first_in(data: &[u8], sorted: &[u32], key: &[u8]) -> usize {
 fn key_at(data: &[u8], off: u32) -> &[u8] {
     let (klen, p) = get_varint_trusted(data, off as usize + 9);
     &data[p..p + klen as usize]
+}
+
+/// Sorts `items` by the key of the message each stands for (at `offset_of(item)` in `data`),
+/// ties by the item itself: offsets and a round's indexes both grow with the MSN, so this is
+/// (key, MSN) order. Each item carries its key's first 8 bytes as an integer, so most
+/// comparisons are one integer comparison instead of two message decodes and a memcmp
+/// (sorting was a sixth of E1's instructions). Stable sort: sorted runs (a hint) merge cheaply.
+fn sort_by_key(data: &[u8], items: &mut [u32], offset_of: impl Fn(u32) -> u32) {
+    let key = |item: u32| key_at(data, offset_of(item));
+    if items.len() <= 16 {
+        // A write's few messages: not worth a decorated copy.
+        items.sort_by(|&a, &b| key(a).cmp(key(b)).then(a.cmp(&b)));
+        return;
+    }
+    let mut decorated: Vec<(u64, u32)> = items.iter().map(|&i| (key_prefix(key(i)), i)).collect();
+    decorated.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| key(a.1).cmp(key(b.1)))
+            .then(a.1.cmp(&b.1))
+    });
+    for (slot, (_, item)) in items.iter_mut().zip(decorated) {
+        *slot = item;
+    }
+}
+
+/// A key's first 8 bytes as a big-endian integer, zero-padded: two keys whose prefixes
+/// differ compare as their prefixes do (a shorter key's padding only ties with zero bytes,
+/// and ties fall back to the whole keys).
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// `items` in the order `hint` gives (indexes into `items`), or `None` unless `hint` names
@@ -752,6 +781,12 @@ mod tests {
                 first_in(data, sorted, &probe),
                 sorted.partition_point(|&o| key_at(data, o) < &probe[..])
             );
+            // Prefix order never contradicts key order.
+            for k in &keys {
+                if key_prefix(k) != key_prefix(&probe) {
+                    prop_assert_eq!(key_prefix(k).cmp(&key_prefix(&probe)), k[..].cmp(&probe[..]));
+                }
+            }
             // Galloping from any point at or before the answer finds the same place.
             let place = place_in(data, sorted, &probe);
             for from in 0..=place {
