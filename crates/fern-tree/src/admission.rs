@@ -158,6 +158,12 @@ impl Env {
     pub(crate) fn reclaim(&self, budget: u64) -> Result<bool> {
         self.check_writable()?;
         let mut st = self.inner.state.write();
+        while st.in_flight.is_some() {
+            // DF2: reclamation flushes where deletes wait, perhaps into the busy child.
+            drop(st);
+            self.wait_for_install();
+            st = self.inner.state.write();
+        }
         let ctx = self.ctx();
         let start = ctx.cache.dirty_bytes();
         let mut moved = false;

@@ -21,6 +21,10 @@ pub(crate) struct MsgBuffer {
     pending: Vec<u32>,
     /// Bytes of messages coalesced into newer ones (marked `DEAD` in `data`, in no index).
     dead: usize,
+    /// Messages before this offset of `data` are being flushed by a detached flush
+    /// (design.md §2.5, DF3): no newer message coalesces into them and the bytes are not
+    /// compacted, so the flush's copy and the install's removal name the same messages. 0: none.
+    frozen: usize,
 }
 
 /// A buffer compacts its packed bytes once this many bytes, and half of them, are dead.
@@ -189,7 +193,7 @@ impl MsgBuffer {
     pub(crate) fn seal_coalescing(&mut self, upserts: &UpsertRegistry, hint: Option<&[u32]>) {
         let places = self.coalesce_pending(upserts, hint);
         self.seal_at(places, hint);
-        if self.dead >= COMPACT_DEAD_BYTES && self.dead * 2 >= self.data.len() {
+        if self.frozen == 0 && self.dead >= COMPACT_DEAD_BYTES && self.dead * 2 >= self.data.len() {
             self.compact();
         }
     }
@@ -268,7 +272,11 @@ impl MsgBuffer {
                     // The previous message for this key, if any, is the last sealed one; a
                     // newer range delete covering the key stands between them.
                     at = search(i, m.key);
-                    if at > 0 && key_at(data, self.sorted[at - 1]) == m.key {
+                    // A message being flushed (DF3) is never coalesced into.
+                    if at > 0
+                        && self.sorted[at - 1] as usize >= self.frozen
+                        && key_at(data, self.sorted[at - 1]) == m.key
+                    {
                         let prev_off = self.sorted[at - 1];
                         let prev = MsgRef::decode_trusted(data, prev_off as usize);
                         let cut = self.ranges.iter().any(|&r| {
@@ -340,6 +348,63 @@ impl MsgBuffer {
                 by_key: None,
             })
         }
+    }
+
+    /// Marks every message now in the buffer as being flushed by a detached flush (DF3); the
+    /// buffer must be sealed. Returns a copy of them, which the flush moves down.
+    pub(crate) fn freeze(&mut self) -> MsgBuffer {
+        debug_assert!(self.is_sealed() && self.frozen == 0);
+        self.frozen = self.data.len();
+        let mut copy = self.clone();
+        copy.frozen = 0;
+        copy
+    }
+
+    /// Ends a detached flush that was discarded: the frozen messages stay, as ordinary ones.
+    pub(crate) fn unfreeze(&mut self) {
+        self.frozen = 0;
+    }
+
+    /// Ends a detached flush that was installed: removes the frozen messages (now below),
+    /// keeping the newer ones in MSN order with their (key, MSN) order. Must be sealed.
+    pub(crate) fn drop_frozen(&mut self) {
+        debug_assert!(self.is_sealed());
+        let cut = std::mem::take(&mut self.frozen);
+        if cut == 0 {
+            return;
+        }
+        let cut32 = cut as u32;
+        let live_after = |o: &u32| *o >= cut32;
+        let shift = |o: u32| o - cut32;
+        self.sorted = self
+            .sorted
+            .iter()
+            .filter(|o| live_after(o))
+            .map(|&o| shift(o))
+            .collect();
+        self.ranges = self
+            .ranges
+            .iter()
+            .filter(|o| live_after(o))
+            .map(|&o| shift(o))
+            .collect();
+        // Dead bytes after the cut stay counted; those before it leave with it.
+        let mut dead_before = 0;
+        let mut pos = 0;
+        while pos < cut {
+            let m = MsgRef::decode_trusted(&self.data, pos);
+            if self.data[pos] & DEAD != 0 {
+                dead_before += m.len;
+            }
+            pos += m.len;
+        }
+        self.dead -= dead_before;
+        self.data.drain(..cut);
+    }
+
+    /// Whether a detached flush is moving this buffer's older messages down.
+    pub(crate) fn is_frozen(&self) -> bool {
+        self.frozen > 0
     }
 
     /// Drops dead messages from the packed bytes, keeping the live ones in MSN order.
@@ -501,6 +566,7 @@ impl MsgBuffer {
             ranges: Vec::new(),
             pending: Vec::new(),
             dead: 0,
+            frozen: 0,
         };
         let mut last = Msn(0);
         let mut points = Vec::with_capacity(count.min(raw.len() / 10));

@@ -115,6 +115,17 @@ impl Cache {
     }
 
     /// Records memory added to a cached node by a lazy partition load.
+    /// Counts (or, negative, stops counting) memory that is not a cached node but competes
+    /// with them: a detached flush's private copies (betree/detached.rs), so that eviction
+    /// makes room for them and the bound holds while old and new versions coexist.
+    pub(crate) fn charge(&self, bytes: isize) {
+        if bytes >= 0 {
+            self.used.fetch_add(bytes as usize, Ordering::Relaxed);
+        } else {
+            self.used.fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn grew(&self, node: &Node, bytes: usize) {
         if bytes > 0 {
             node.mem.fetch_add(bytes, Ordering::Relaxed);

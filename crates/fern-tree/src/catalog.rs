@@ -31,6 +31,9 @@ pub(crate) struct State {
     pub(crate) capacity: u64,
     /// The live data extents (X3; catalog version 4).
     pub(crate) extents: ExtentTable,
+    /// The tree and root child a detached flush is filling (betree/detached.rs), if one runs.
+    /// In memory only.
+    pub(crate) in_flight: Option<(usize, NodeId)>,
 }
 
 const META_MAGIC: &[u8; 4] = b"FCAT";
@@ -162,6 +165,7 @@ pub(crate) fn decode_meta(b: &[u8]) -> Result<(Shape, State)> {
             epoch,
             capacity,
             extents,
+            in_flight: None,
         },
     ))
 }

@@ -21,31 +21,64 @@ use std::sync::atomic::Ordering;
 const PIECES_PER_ROUND: usize = 64;
 
 impl Inner {
-    /// Drains every root that is over the node size, one flush per tree per lock hold.
+    /// Drains every root that is over the node size: a root above internal nodes by detached
+    /// flushes (betree/detached.rs: the flush runs beside the writers, the lock is held only to
+    /// freeze and to install), a root above leaves one flush per lock hold.
     pub(crate) fn drain_roots(&self) -> Result<()> {
         for _ in 0..PIECES_PER_ROUND {
-            let mut st = self.state.write();
-            if self.closed.load(Ordering::SeqCst) || self.poisoned.lock().is_some() {
-                return Ok(());
-            }
-            let ctx = self.ctx();
             let mut more = false;
-            // Writers are excluded while the lock is held: every flush counted meanwhile is ours.
-            let before = self.counters.flushes();
-            for t in 0..st.trees.len() {
-                let (root, over) = betree::flush_step(&ctx, st.trees[t].root)?;
-                st.trees[t].root = root;
-                more |= over;
+            let trees = self.state.read().trees.len();
+            for t in 0..trees {
+                more |= self.drain_piece(t)?;
             }
-            self.counters.drained(self.counters.flushes() - before);
-            ctx.evict()?;
-            drop(st);
             self.wake_writeback();
             if !more {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// One piece of tree `t`'s drain. Returns whether its root is still over the node size.
+    fn drain_piece(&self, t: usize) -> Result<bool> {
+        let mut st = self.state.write();
+        if self.closed.load(Ordering::SeqCst) || self.poisoned.lock().is_some() {
+            return Ok(false);
+        }
+        let ctx = self.ctx();
+        let root = st.trees[t].root;
+        let Some(mut flush) = betree::detach(&ctx, root)? else {
+            // Writers are excluded while the lock is held: every flush counted meanwhile is ours.
+            let before = self.counters.flushes();
+            let (root, over) = betree::flush_step(&ctx, root)?;
+            st.trees[t].root = root;
+            self.counters.drained(self.counters.flushes() - before);
+            ctx.evict()?;
+            return Ok(over);
+        };
+        st.in_flight = Some((t, flush.child));
+        drop(st);
+        let ran = flush.run(&ctx);
+        let mut st = self.state.write();
+        st.in_flight = None;
+        let root = st.trees[t].root;
+        let ended = match ran {
+            Ok(()) if !self.closed.load(Ordering::SeqCst) => flush.install(&ctx, root),
+            Ok(()) => flush.discard(&ctx, root).map(|()| None),
+            Err(e) => flush.discard(&ctx, root).and(Err(e)),
+        };
+        let ended = ended?;
+        self.counters.detached(ended.is_some());
+        let over = match ended {
+            Some((root, over)) => {
+                st.trees[t].root = root;
+                self.counters.drained(1);
+                over
+            }
+            None => true,
+        };
+        ctx.evict()?;
+        Ok(over)
     }
 }
 

@@ -138,6 +138,8 @@ impl Inner {
             shape: &self.shape,
             upserts: &self.upserts,
             counters: &self.counters,
+            busy: None,
+            overlay: None,
         }
     }
 
@@ -283,12 +285,13 @@ impl Env {
     }
 
     /// Applies ops (already logged or being replayed) under the write lock, giving each the
-    /// next MSN in order.
+    /// next MSN in order. Returns whether a root is jammed behind a detached flush
+    /// (`betree::write`): the caller waits for the install once it has released the lock.
     pub(crate) fn apply_locked<'a>(
         &self,
         st: &mut State,
         ops: impl Iterator<Item = (usize, &'a Op)>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         // Group by tree, keeping order; each gets consecutive MSNs in batch order. Each tree's
         // buffer is sized first (growing it op by op was 4 % of an unlink's request thread).
         let ops: Vec<(usize, &Op)> = ops.collect();
@@ -313,17 +316,37 @@ impl Env {
         let ctx = self.ctx();
         let drain = self.inner.drain_signal.as_ref();
         let mut over = false;
+        let mut jammed = false;
         for (idx, msgs) in &mut per_tree {
             let root = st.trees[*idx].root;
-            let (root, o) = betree::write(&ctx, root, msgs, drain.is_some())?;
+            let ctx = Ctx {
+                busy: st.in_flight.filter(|(t, _)| t == idx).map(|(_, c)| c),
+                ..ctx
+            };
+            let (root, o, j) = betree::write(&ctx, root, msgs, drain.is_some())?;
             st.trees[*idx].root = root;
             over |= o;
+            jammed |= j;
         }
         if let Some(sig) = drain.filter(|_| over) {
             sig.wake();
         }
         self.inner.wake_writeback();
-        ctx.evict()
+        ctx.evict()?;
+        Ok(jammed)
+    }
+
+    /// Waits until no detached flush is in flight (its install or discard takes a short hold
+    /// of the write lock). For a jammed writer, and for restructuring that DF2 excludes.
+    pub(crate) fn wait_for_install(&self) {
+        // A drain that failed clears its flight before it poisons the environment; the checks
+        // only make sure nothing waits on a closed one.
+        while self.inner.state.read().in_flight.is_some()
+            && !self.inner.closed.load(Ordering::SeqCst)
+            && self.inner.poisoned.lock().is_none()
+        {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
     }
 
     pub(crate) fn create_tree_locked(&self, st: &mut State, name: &str) -> usize {
@@ -465,11 +488,15 @@ impl Env {
         written.disarm();
         let r = self
             .apply_locked(&mut st, batch.ops.iter().map(|(t, op)| (t.idx, op)))
-            .and_then(|()| {
+            .and_then(|jammed| {
                 crate::extent::apply(&mut st, &mut self.inner.bf.lock(), &ext_ops, &|_| false)
+                    .map(|()| jammed)
             });
-        self.poison(r)?;
+        let jammed = self.poison(r)?;
         drop(st);
+        if jammed {
+            self.wait_for_install();
+        }
         if extent_bytes > 0 {
             self.inner
                 .extent_bytes
@@ -556,6 +583,12 @@ impl Env {
     ) -> Result<()> {
         self.check_writable()?;
         let mut st = self.inner.state.write();
+        while st.in_flight.is_some() {
+            // Optimize and its kin change every child (DF2): after the detached flush.
+            drop(st);
+            self.wait_for_install();
+            st = self.inner.state.write();
+        }
         let root = root_of(&st, t)?;
         let ctx = self.ctx();
         let r = f(&ctx, root).and_then(|new_root| {

@@ -84,6 +84,12 @@ pub struct WorkStats {
     /// Of the flushes above, those the background root drain ran (drain.rs) rather than a
     /// writer inside its batch.
     pub drained_flushes: u64,
+    /// Of the drained flushes, those run beside the writers and installed (design.md §2.5,
+    /// "Flushes beside the writer"; each counts once in `drained_flushes`, with what it
+    /// flushed below the child).
+    pub detached_installs: u64,
+    /// Flushes run beside the writers and then discarded (their root changed meanwhile).
+    pub detached_discards: u64,
     /// Of the leaf flushes, those that wrote their messages as a leaf delta (format.md "Leaf
     /// deltas") instead of rewriting the leaf.
     pub delta_appends: u64,
@@ -144,6 +150,8 @@ pub(crate) struct Counters {
     leaf_flushed_bytes: AtomicU64,
     writer_reads: AtomicU64,
     drained_flushes: AtomicU64,
+    detached_installs: AtomicU64,
+    detached_discards: AtomicU64,
     delta_appends: AtomicU64,
     delta_merges: AtomicU64,
 }
@@ -215,6 +223,15 @@ impl Counters {
         self.drained_flushes.fetch_add(flushes, Ordering::Relaxed);
     }
 
+    /// A detached flush ended: installed, or discarded.
+    pub(crate) fn detached(&self, installed: bool) {
+        if installed {
+            self.detached_installs.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.detached_discards.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Flushes of any kind so far (leaf and internal).
     pub(crate) fn flushes(&self) -> u64 {
         self.leaf_flushes.load(Ordering::Relaxed) + self.internal_flushes.load(Ordering::Relaxed)
@@ -237,6 +254,8 @@ impl Counters {
             leaf_flushed_bytes: l(&self.leaf_flushed_bytes),
             writer_reads: l(&self.writer_reads),
             drained_flushes: l(&self.drained_flushes),
+            detached_installs: l(&self.detached_installs),
+            detached_discards: l(&self.detached_discards),
             delta_appends: l(&self.delta_appends),
             delta_merges: l(&self.delta_merges),
         }

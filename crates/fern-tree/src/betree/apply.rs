@@ -85,7 +85,8 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
                     if !intersects(m.key, m.payload, lo, hi) {
                         continue;
                     }
-                    if covers_all(m.key, m.payload, lo, hi) {
+                    // Not while a detached flush runs in this tree (DF2): buffered instead.
+                    if covers_all(m.key, m.payload, lo, hi) && ctx.busy.is_none() {
                         // Everything below child i is older than this message and deleted by
                         // it: drop the subtree instead of carrying the delete down.
                         let old = children[i];

@@ -22,8 +22,11 @@ pub(crate) const DEFERRED_ROOT_FACTOR: usize = 2;
 /// `root`. Only a leaf root needs them sorted: an internal root's child buffers sort their own
 /// share of a batch, which for a large batch costs less than sorting all of it first (sixteen
 /// sorts of a sixteenth; E1's writer spent a tenth of its time sorting its batches of 1,000).
-/// Returns the root's id afterwards (it changes when the root splits or collapses) and whether
-/// the root's buffers are over the node size, so a background flusher should drain them.
+/// Returns the root's id afterwards (it changes when the root splits or collapses), whether
+/// the root's buffers are over the node size, so a background flusher should drain them, and
+/// whether they are jammed: over [`DEFERRED_ROOT_FACTOR`] + 1 times it while a detached flush
+/// fills the child that holds most of them (DF2 forbids flushing it here), so the writer
+/// must wait for the install before writing more (backpressure).
 ///
 /// `deferred`: a background flusher runs [`flush_step`]; the writer then flushes only what is
 /// over [`DEFERRED_ROOT_FACTOR`] times the node size. Without one, it flushes down to the node
@@ -33,7 +36,7 @@ pub(crate) fn write(
     root: NodeId,
     msgs: &mut MsgBuffer,
     deferred: bool,
-) -> Result<(NodeId, bool)> {
+) -> Result<(NodeId, bool, bool)> {
     let mut node = ctx.take(root)?;
     if node.is_leaf() {
         msgs.seal();
@@ -45,7 +48,9 @@ pub(crate) fn write(
         flush_over(ctx, &mut node, ctx.shape.node_bytes * factor)?;
     }
     let over = !node.is_leaf() && node.payload_bytes() > ctx.shape.node_bytes;
-    Ok((finish_root(ctx, node)?, over))
+    let jammed = ctx.busy.is_some()
+        && node.payload_bytes() > ctx.shape.node_bytes * (DEFERRED_ROOT_FACTOR + 1);
+    Ok((finish_root(ctx, node)?, over, jammed))
 }
 
 /// One piece of a background root drain: if the root's buffers are over the node size, its
@@ -63,7 +68,7 @@ pub(crate) fn flush_step(ctx: &Ctx<'_>, root: NodeId) -> Result<(NodeId, bool)> 
 }
 
 /// Puts a changed root back: splits it (growing the tree) or collapses single-child roots.
-fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
+pub(super) fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
     let mut pieces = split_if_needed(ctx, node);
     if pieces.len() > 1 {
         // The root split: a new root above the pieces (the tree grows at the top).
@@ -149,39 +154,51 @@ fn hot_key_messages(shape: &Shape) -> usize {
 }
 
 /// Flushes the fullest child buffer until the node's buffered bytes fit the node size.
-fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
+pub(super) fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
     flush_over(ctx, node, ctx.shape.node_bytes)
 }
 
 /// Flushes the fullest child buffer until the node's buffered bytes fit `limit`.
 fn flush_over(ctx: &Ctx<'_>, node: &mut Node, limit: usize) -> Result<()> {
     while node.payload_bytes() > limit && !node.is_leaf() {
-        flush_fullest(ctx, node)?;
+        if !flush_fullest(ctx, node)? {
+            break;
+        }
     }
     Ok(())
 }
 
 /// Flushes the child buffer of an internal node that holds the most bytes.
-fn flush_fullest(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
-    let Body::Internal { bufs, .. } = &mut node.body else {
-        return Ok(());
+/// Never the child a detached flush is filling (DF2); returns whether it flushed one.
+fn flush_fullest(ctx: &Ctx<'_>, node: &mut Node) -> Result<bool> {
+    let Body::Internal { bufs, children, .. } = &mut node.body else {
+        return Ok(false);
     };
-    let (i, _) = bufs
+    let Some((i, _)) = bufs
         .iter_mut()
         .map(|b| b.get_mut().bytes())
         .enumerate()
+        .filter(|&(i, b)| b > 0 && ctx.busy != Some(children[i]))
         .max_by_key(|&(_, b)| b)
-        .unwrap_or((0, 0));
+    else {
+        return Ok(false);
+    };
     flush_child(ctx, node, i, Below::IfNeeded)?;
-    Ok(())
+    Ok(true)
 }
 
 /// Flushes the buffers on `key`'s path, from this node down to its leaf.
 fn flush_key_path(ctx: &Ctx<'_>, node: &mut Node, key: &[u8]) -> Result<()> {
-    let Body::Internal { pivots, .. } = &node.body else {
+    let Body::Internal {
+        pivots, children, ..
+    } = &node.body
+    else {
         return Ok(());
     };
     let i = child_for(pivots, key);
+    if ctx.busy == Some(children[i]) {
+        return Ok(()); // a detached flush is filling it (DF2); its reads stay bounded
+    }
     flush_child(ctx, node, i, Below::Path(key))?;
     Ok(())
 }
@@ -286,6 +303,7 @@ fn reclaim_in(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
         .iter_mut()
         .map(|b| b.get_mut().deletes())
         .enumerate()
+        .filter(|&(i, _)| ctx.busy != Some(children[i]))
         .max_by_key(|&(_, d)| d)
         .filter(|&(_, d)| d > 0)
         .map(|(i, _)| i);
@@ -294,7 +312,7 @@ fn reclaim_in(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
         None if node.height > 1 => {
             let mut found = None;
             for (i, &c) in children.iter().enumerate() {
-                if deletes_below(ctx, c)? {
+                if ctx.busy != Some(c) && deletes_below(ctx, c)? {
                     found = Some(i);
                     break;
                 }

@@ -19,11 +19,13 @@
 
 mod apply;
 mod delta;
+mod detached;
 mod flush;
 mod read;
 mod reshape;
 mod verify;
 
+pub(crate) use detached::{detach, Overlay};
 pub(crate) use flush::{flush_step, optimize, reclaim_step, write};
 pub(crate) use read::{get, leaf_rows, LeafRows, Seek};
 pub use verify::{DamagedNode, TreeReport};
@@ -65,11 +67,20 @@ pub(crate) struct Ctx<'a> {
     pub shape: &'a Shape,
     pub upserts: &'a UpsertRegistry,
     pub counters: &'a Counters,
+    /// The child of this tree's root that a detached flush is moving messages into (DF2):
+    /// nothing else flushes into it, merges it, or drops its subtree meanwhile.
+    pub busy: Option<NodeId>,
+    /// Set for a detached flush's own work: nodes are copied out of the cache instead of
+    /// taken, and what it changes, creates and frees stays here until the install (DF1).
+    pub overlay: Option<&'a Overlay>,
 }
 
 impl Ctx<'_> {
     /// A node for reading: from the cache, or its header from disk.
     pub(crate) fn fetch(&self, id: NodeId) -> Result<SharedNode> {
+        if let Some(n) = self.overlay.and_then(|o| o.shared(id)) {
+            return Ok(n);
+        }
         if let Some(n) = self.cache.get(id) {
             return Ok(n);
         }
@@ -80,7 +91,14 @@ impl Ctx<'_> {
 
     /// A node for changing: out of the cache, every partition loaded.
     pub(crate) fn take(&self, id: NodeId) -> Result<Node> {
-        let mut node = match self.cache.take(id) {
+        let cached = match self.overlay {
+            // A detached flush copies: readers keep the cached node until the install.
+            Some(o) => o
+                .take(id, self.cache)
+                .or_else(|| self.cache.get(id).map(|n| (*n).clone())),
+            None => self.cache.take(id),
+        };
+        let mut node = match cached {
             Some(n) => n,
             None => {
                 self.counters.writer_read();
@@ -94,13 +112,19 @@ impl Ctx<'_> {
 
     /// Puts back a node that was taken but not changed.
     pub(crate) fn put_unchanged(&self, node: Node) {
-        self.cache.put(node);
+        match self.overlay {
+            Some(o) => o.put(node, false, self.cache),
+            None => self.cache.put(node),
+        }
     }
 
     /// Puts a changed node back, dirty.
     pub(crate) fn put(&self, node: Node) {
         node.set_dirty(true);
-        self.cache.put(node);
+        match self.overlay {
+            Some(o) => o.put(node, true, self.cache),
+            None => self.cache.put(node),
+        }
     }
 
     pub(crate) fn new_id(&self) -> NodeId {
@@ -109,12 +133,20 @@ impl Ctx<'_> {
 
     /// A node that left the tree: its id and block are released at the next checkpoint.
     pub(crate) fn free(&self, id: NodeId) {
+        if let Some(o) = self.overlay {
+            o.free(id, self.cache);
+            return;
+        }
         self.cache.remove(id);
         self.bf.lock().free_node(id);
     }
 
     /// Evicts down to the cache's bound, writing the dirty nodes it drops (the cache keeps C1).
+    /// A detached flush's copies are not in the cache: it evicts nothing of its own.
     pub(crate) fn evict(&self) -> Result<()> {
+        if self.overlay.is_some() {
+            return Ok(());
+        }
         self.cache
             .evict(&|n| self.write_node(n, WriteCause::Eviction))
     }
@@ -136,20 +168,31 @@ impl Ctx<'_> {
 
     fn basement<'n>(&self, node: &'n Node, i: usize) -> Result<&'n Arc<Basement>> {
         let (b, added) = node.basement(self.dev.as_ref(), i)?;
-        self.cache.grew(node, added);
+        self.grew(node, added);
         Ok(b)
     }
 
     fn delta_msgs<'n>(&self, node: &'n Node, i: usize) -> Result<&'n MsgBuffer> {
         let (b, added) = node.delta_msgs(self.dev.as_ref(), i)?;
-        self.cache.grew(node, added);
+        self.grew(node, added);
         Ok(b)
     }
 
     fn buffer<'n>(&self, node: &'n Node, i: usize) -> Result<&'n MsgBuffer> {
         let (b, added) = node.buffer(self.dev.as_ref(), i)?;
-        self.cache.grew(node, added);
+        self.grew(node, added);
         Ok(b)
+    }
+
+    /// Accounts partitions loaded into `node`: to the cache, unless the node is a detached
+    /// flush's copy (the cache counts it when the install puts it).
+    fn grew(&self, node: &Node, added: usize) {
+        if self.overlay.is_some() {
+            node.mem
+                .fetch_add(added, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            self.cache.grew(node, added);
+        }
     }
 }
 

@@ -31,6 +31,12 @@ pub(super) fn merge_small_child(
         if r >= children.len() || l >= children.len() {
             continue;
         }
+        if ctx
+            .busy
+            .is_some_and(|b| b == children[l] || b == children[r])
+        {
+            continue; // a detached flush is filling one of them (DF2)
+        }
         let mut left = ctx.take(children[l])?;
         let mut right = ctx.take(children[r])?;
         let held = |k: usize| deltas[k].iter().map(|d| d.bytes as usize).sum::<usize>();

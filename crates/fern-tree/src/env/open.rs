@@ -80,6 +80,7 @@ impl Env {
             epoch: 1,
             capacity: opts.capacity.unwrap_or(0),
             extents: Default::default(),
+            in_flight: None,
         };
         let limit = effective_limit(state.capacity, &*dev)?;
         if let Some(l) = limit {
@@ -378,7 +379,7 @@ impl Env {
         }
         let r = self
             .apply_locked(st, ops.iter().map(|(t, op)| (*t as usize, op)))
-            .and_then(|()| crate::extent::apply(st, &mut self.inner.bf.lock(), extents, owned));
+            .and_then(|_| crate::extent::apply(st, &mut self.inner.bf.lock(), extents, owned));
         self.poison(r)?;
         Ok(())
     }
