@@ -212,6 +212,14 @@ impl Cache {
         self.used.load(Ordering::Relaxed) > self.limit
     }
 
+    /// Whether `node` is the very node the cache holds for its id (not a copy of it).
+    pub(crate) fn holds(&self, node: &Node) -> bool {
+        self.map
+            .lock()
+            .get(&node.id)
+            .is_some_and(|s| std::ptr::eq(&*s.node, node))
+    }
+
     /// Whether `node` is the version the cache holds for its id (not replaced by a writer since
     /// it was handed out: a writer's `take` always leaves a different `Arc` behind).
     pub(crate) fn is_current(&self, node: &SharedNode) -> bool {

@@ -185,9 +185,15 @@ impl Ctx<'_> {
     }
 
     /// Accounts partitions loaded into `node`: to the cache, unless the node is a detached
-    /// flush's copy (the cache counts it when the install puts it).
+    /// flush's copy (the cache counts it when the install puts it). A cached node a flush
+    /// only reads (a leaf delta it folds) is the cache's: counting its growth only in the
+    /// node made the cache's total fall below the truth once it was evicted, and the cache
+    /// then let resident memory grow past its bound.
     fn grew(&self, node: &Node, added: usize) {
-        if self.overlay.is_some() {
+        if added == 0 {
+            return;
+        }
+        if self.overlay.is_some() && !self.cache.holds(node) {
             node.mem
                 .fetch_add(added, std::sync::atomic::Ordering::Relaxed);
         } else {
