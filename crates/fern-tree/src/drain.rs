@@ -47,7 +47,11 @@ impl Inner {
         }
         let ctx = self.ctx();
         let root = st.trees[t].root;
-        let Some(mut flush) = betree::detach(&ctx, root)? else {
+        let detached = match self.flush_beside_writer {
+            true => betree::detach(&ctx, root)?,
+            false => None,
+        };
+        let Some(mut flush) = detached else {
             // Writers are excluded while the lock is held: every flush counted meanwhile is ours.
             let before = self.counters.flushes();
             let (root, over) = betree::flush_step(&ctx, root)?;

@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     /// Wakes the root-drain thread (drain.rs), if there is one (with the checkpoint thread);
     /// without it writers flush their roots inline.
     pub(crate) drain_signal: Option<Arc<Wakeup>>,
+    /// `Options::flush_beside_writer`, decided at open.
+    pub(crate) flush_beside_writer: bool,
     /// LSN below which this open has returned the log region's bytes to the host (W9).
     pub(crate) log_released: Mutex<u64>,
     /// Opened with `Options::read_only` (W11).

@@ -30,6 +30,7 @@ fn opts() -> Options {
         node_bytes: 16 << 10,
         basement_bytes: 2 << 10,
         fanout: 6,
+        flush_beside_writer: Some(true),
         ..Options::default()
     };
     o.register_upsert(ADD, Arc::new(|_k, old, arg| add(old, arg)));

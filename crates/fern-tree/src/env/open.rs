@@ -275,6 +275,9 @@ impl Env {
             writeback_woken_at: Default::default(),
             drain_signal: (opts.checkpoint_thread && !read_only)
                 .then(|| Arc::new(Wakeup::default())),
+            flush_beside_writer: opts
+                .flush_beside_writer
+                .unwrap_or_else(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)),
         });
         let env = Env {
             inner: inner.clone(),
