@@ -66,9 +66,14 @@ impl Inner {
         let mut st = self.state.write();
         st.in_flight = None;
         let root = st.trees[t].root;
+        if self.closed.load(Ordering::SeqCst) {
+            // Closed meanwhile: its final checkpoint has run. Nothing may reach the device
+            // now (no install, no eviction); the discard only unfreezes memory.
+            flush.discard(&ctx, root)?;
+            return Ok(false);
+        }
         let ended = match ran {
-            Ok(()) if !self.closed.load(Ordering::SeqCst) => flush.install(&ctx, root),
-            Ok(()) => flush.discard(&ctx, root).map(|()| None),
+            Ok(()) => flush.install(&ctx, root),
             Err(e) => flush.discard(&ctx, root).and(Err(e)),
         };
         let ended = ended?;
