@@ -373,21 +373,12 @@ impl MsgBuffer {
         if cut == 0 {
             return;
         }
+        // Both indexes keep the offsets past the cut, moved down by it.
         let cut32 = cut as u32;
-        let live_after = |o: &u32| *o >= cut32;
-        let shift = |o: u32| o - cut32;
-        self.sorted = self
-            .sorted
-            .iter()
-            .filter(|o| live_after(o))
-            .map(|&o| shift(o))
-            .collect();
-        self.ranges = self
-            .ranges
-            .iter()
-            .filter(|o| live_after(o))
-            .map(|&o| shift(o))
-            .collect();
+        for index in [&mut self.sorted, &mut self.ranges] {
+            index.retain(|&o| o >= cut32);
+            index.iter_mut().for_each(|o| *o -= cut32);
+        }
         // Dead bytes after the cut stay counted; those before it leave with it.
         let mut dead_before = 0;
         let mut pos = 0;

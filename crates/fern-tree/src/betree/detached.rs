@@ -195,17 +195,21 @@ impl Detached {
     /// longer holds the child directly); either way the freeze has ended.
     pub(crate) fn install(self, ctx: &Ctx<'_>, root: NodeId) -> Result<Option<(NodeId, bool)>> {
         let mut node = ctx.take(root)?;
-        let at = match &node.body {
-            Body::Internal { children, .. } => children.iter().position(|&c| c == self.child),
-            _ => None,
-        };
-        let Some(i) = at else {
+        let Body::Internal {
+            pivots,
+            children,
+            bufs,
+            deltas,
+        } = &mut node.body
+        else {
             ctx.put_unchanged(node);
             self.discard(ctx, root)?;
             return Ok(None);
         };
-        let Body::Internal { bufs, .. } = &mut node.body else {
-            unreachable!("position found among an internal node's children");
+        let Some(i) = children.iter().position(|&c| c == self.child) else {
+            ctx.put_unchanged(node);
+            self.discard(ctx, root)?;
+            return Ok(None);
         };
         if !bufs[i].get_mut().is_frozen() {
             // The root was evicted and read back meanwhile: the mark is gone, newer messages
@@ -215,15 +219,6 @@ impl Detached {
             self.overlay.release(ctx.cache);
             return Ok(None);
         }
-        let Body::Internal {
-            pivots,
-            children,
-            bufs,
-            deltas,
-        } = &mut node.body
-        else {
-            unreachable!("position found among an internal node's children");
-        };
         bufs[i].get_mut().drop_frozen();
         self.overlay.commit(ctx);
         // The child's entry becomes its pieces; messages that arrived meanwhile follow the new
