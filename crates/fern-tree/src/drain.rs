@@ -70,6 +70,7 @@ impl Inner {
             // Closed meanwhile: its final checkpoint has run. Nothing may reach the device
             // now (no install, no eviction); the discard only unfreezes memory.
             flush.discard(&ctx, root)?;
+            self.counters.detached(false);
             return Ok(false);
         }
         let ended = match ran {

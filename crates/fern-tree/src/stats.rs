@@ -88,7 +88,8 @@ pub struct WorkStats {
     /// "Flushes beside the writer"; each counts once in `drained_flushes`, with what it
     /// flushed below the child).
     pub detached_installs: u64,
-    /// Flushes run beside the writers and then discarded (their root changed meanwhile).
+    /// Flushes run beside the writers and then discarded (their root changed meanwhile, or
+    /// the environment closed).
     pub detached_discards: u64,
     /// Of the leaf flushes, those that wrote their messages as a leaf delta (format.md "Leaf
     /// deltas") instead of rewriting the leaf.

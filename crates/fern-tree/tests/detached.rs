@@ -6,11 +6,13 @@
 //! verified, closed and reopened. The test fails unless detached flushes were installed.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
-use fern_tree::device::MemDevice;
+use fern_tree::device::{BlockDevice, MemDevice};
 use fern_tree::{Env, Options, UpsertId, WriteBatch};
 
 const ADD: UpsertId = UpsertId(1);
@@ -163,4 +165,164 @@ fn flushes_beside_the_writer_lose_and_double_nothing() {
     env.close().unwrap();
     let env = Env::open_on(dev, opts()).unwrap();
     check(&env.tree("t").unwrap());
+}
+
+/// A memory device that, once armed, holds the first read the drain thread makes until the
+/// test opens the gate — a read a detached flush makes for a node not in the cache, with no
+/// lock held (DF1) — and counts every call that changes the device.
+#[derive(Debug, Default)]
+struct HeldDrainRead {
+    mem: MemDevice,
+    armed: AtomicBool,
+    /// (a drain read is held, the gate is open)
+    gate: Mutex<(bool, bool)>,
+    moved: Condvar,
+    changes: AtomicU64,
+}
+
+impl HeldDrainRead {
+    fn held(&self) -> bool {
+        self.gate.lock().unwrap().0
+    }
+
+    fn open(&self) {
+        self.gate.lock().unwrap().1 = true;
+        self.moved.notify_all();
+    }
+}
+
+impl BlockDevice for HeldDrainRead {
+    fn len(&self) -> io::Result<u64> {
+        self.mem.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if std::thread::current().name() == Some("fern-drain")
+            && self.armed.swap(false, Ordering::SeqCst)
+        {
+            let mut g = self.gate.lock().unwrap();
+            g.0 = true;
+            self.moved.notify_all();
+            while !g.1 {
+                g = self.moved.wait(g).unwrap();
+            }
+        }
+        self.mem.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        self.mem.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        self.mem.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.mem.sync()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        self.mem.punch_hole(offset, len)
+    }
+}
+
+/// A close that finds a flush in flight ends the environment without waiting for it: once
+/// `close` returns, that flush may neither install (its nodes would be dirty after the final
+/// checkpoint) nor evict (a late write into an image another process may have opened by then,
+/// into a block that one allocated). It is discarded, and the image holds every row.
+#[test]
+fn a_flush_in_flight_at_close_is_discarded_and_writes_nothing() {
+    let dev = Arc::new(HeldDrainRead::default());
+    let opts = || Options {
+        cache_bytes: 1 << 20,
+        ..self::opts()
+    };
+    let val = |i: u64| i.to_le_bytes().repeat(12);
+    let mut model = BTreeMap::new();
+    {
+        let env = Env::create_on(dev.clone(), opts()).unwrap();
+        let t = env.tree("t").unwrap();
+        for chunk in 0..200u64 {
+            let mut b = WriteBatch::new();
+            for i in chunk * 100..(chunk + 1) * 100 {
+                b.insert(&t, &key(i), &val(i));
+                model.insert(key(i), val(i));
+            }
+            env.write(b).unwrap();
+        }
+        env.close().unwrap();
+    }
+    // Reopened with a cold cache, a flush beside the writer soon reads a node from the device.
+    // The writes run on a thread of their own: a writer may jam (DF4's wait for the install)
+    // behind the held flight, and only the close ends that wait.
+    let env = Env::open_on(dev.clone(), opts()).unwrap();
+    dev.armed.store(true, Ordering::SeqCst);
+    let writer = {
+        let (env, dev) = (env.clone(), dev.clone());
+        std::thread::spawn(move || {
+            let t = env.tree("t").unwrap();
+            let mut written = Vec::new();
+            let mut i = 0u64;
+            while !dev.held() {
+                let mut b = WriteBatch::new();
+                let rows: Vec<_> = (i..i + 10).map(|i| (key(i), val(i))).collect();
+                i += 10;
+                for (k, v) in &rows {
+                    b.insert(&t, k, v);
+                }
+                match env.write(b) {
+                    Ok(()) => written.extend(rows),
+                    // The close came between the check and the write: nothing was logged.
+                    Err(e) if e.to_string().contains("closed") => break,
+                    Err(e) => panic!("write: {e}"),
+                }
+            }
+            written
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dev.held() {
+        assert!(
+            Instant::now() < deadline && !writer.is_finished(),
+            "no flush beside the writer read from the device: {:?}",
+            env.stats().work
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let probe = env.clone();
+    let before = probe.stats().work;
+    env.close().unwrap();
+    let changes = dev.changes.load(Ordering::SeqCst);
+    model.extend(writer.join().unwrap());
+    dev.open();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while probe.stats().work.detached_discards == before.detached_discards {
+        assert!(
+            Instant::now() < deadline,
+            "the flight did not end in a discard: {:?}",
+            probe.stats().work
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Whatever else the drain thread might do now, give it the time.
+    std::thread::sleep(Duration::from_millis(100));
+    let after = probe.stats().work;
+    assert_eq!(after.detached_installs, before.detached_installs);
+    assert_eq!(
+        dev.changes.load(Ordering::SeqCst),
+        changes,
+        "the device changed after close returned"
+    );
+    drop(probe);
+
+    let env = Env::open_on(dev, opts()).unwrap();
+    let t = env.tree("t").unwrap();
+    let mut rows = Vec::new();
+    t.scan(Bound::Unbounded, Bound::Unbounded, |k, v| {
+        rows.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .unwrap();
+    assert_eq!(rows.len(), model.len(), "row count");
+    assert!(rows.into_iter().eq(model), "rows differ from the model");
+    t.verify().unwrap();
 }
