@@ -10,6 +10,7 @@
 //! RangeDelete: `hlen varint | hi` (the key is `lo`, the range is `[lo, hi)`).
 
 use foldhash::HashMap;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -306,12 +307,23 @@ pub(crate) fn apply(
     old: Option<Vec<u8>>,
     upserts: &UpsertRegistry,
 ) -> Result<Option<Vec<u8>>> {
+    Ok(apply_borrowed(m, key, old.map(Cow::Owned), upserts)?.map(Cow::into_owned))
+}
+
+/// [`apply`] without copies: an insert's value borrows its payload and a range delete that
+/// misses keeps `old` as it is; only an upsert makes a new value.
+pub(crate) fn apply_borrowed<'a>(
+    m: &MsgRef<'a>,
+    key: &[u8],
+    old: Option<Cow<'a, [u8]>>,
+    upserts: &UpsertRegistry,
+) -> Result<Option<Cow<'a, [u8]>>> {
     Ok(match m.kind {
-        Kind::Insert => Some(m.payload.to_vec()),
+        Kind::Insert => Some(Cow::Borrowed(m.payload)),
         Kind::Delete => None,
         Kind::Upsert => {
             let f = upserts.get(m.upsert)?;
-            f(key, old.as_deref(), m.payload)
+            f(key, old.as_deref(), m.payload).map(Cow::Owned)
         }
         Kind::RangeDelete => {
             if m.covers(key) {

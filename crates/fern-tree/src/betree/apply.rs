@@ -30,14 +30,20 @@ pub(super) fn push_down(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Res
                 // one or two messages per write and holds dozens of partitions).
                 msgs.points_in(&[], None, &mut points);
                 let mut rest = &points[..];
+                let mut out_of_bounds = false;
                 while let Some(first) = rest.first() {
                     let i = child_for(pivots, first.key);
                     let hi = pivots.get(i).map(Vec::as_slice);
                     let n = hi.map_or(rest.len(), |h| rest.partition_point(|m| m.key < h));
-                    Arc::make_mut(parts[i].get_mut()).apply(&rest[..n], &[], ctx.upserts)?;
+                    let b = Arc::make_mut(parts[i].get_mut());
+                    b.apply(&rest[..n], &[], ctx.upserts)?;
+                    out_of_bounds |= basement_out_of_bounds(b, ctx.shape.basement_bytes);
                     rest = &rest[n..];
                 }
-                normalize_basements(pivots, parts, ctx.shape.basement_bytes);
+                // Only the partitions just changed can have left their bounds.
+                if out_of_bounds {
+                    normalize_basements(pivots, parts, ctx.shape.basement_bytes);
+                }
                 return Ok(());
             }
             for (i, part) in parts.iter_mut().enumerate() {
@@ -149,6 +155,11 @@ fn drop_subtree(ctx: &Ctx<'_>, id: NodeId) -> Result<()> {
     Ok(())
 }
 
+/// Whether a basement must be merged away (empty) or split (over `limit` with rows to split).
+fn basement_out_of_bounds(b: &Basement, limit: usize) -> bool {
+    b.is_empty() || (b.bytes() > limit && b.len() > 1)
+}
+
 /// Splits basements over the size limit and removes empty ones (a leaf keeps at least one).
 pub(super) fn normalize_basements(
     pivots: &mut Vec<Vec<u8>>,
@@ -157,7 +168,7 @@ pub(super) fn normalize_basements(
 ) {
     // Most pushes leave every basement within bounds: then nothing moves (and no basement is
     // unshared, which would copy it when a reader or a checkpoint still holds it).
-    let out_of_bounds = |b: &Basement| b.is_empty() || (b.bytes() > limit && b.len() > 1);
+    let out_of_bounds = |b: &Basement| basement_out_of_bounds(b, limit);
     if !parts
         .iter()
         .any(|p| p.get().is_some_and(|b| out_of_bounds(b)))

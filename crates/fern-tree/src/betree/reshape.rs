@@ -3,8 +3,11 @@
 //! pending messages for both into them, to keep N4).
 //! Never: decides when to flush (flush.rs).
 
+use std::sync::Arc;
+
 use super::apply::{normalize_basements, push_down};
 use super::{delta, Ctx, Shape};
+use crate::basement::Basement;
 use crate::buffer::MsgBuffer;
 use crate::error::{Error, Result};
 use crate::ids::NodeId;
@@ -162,14 +165,13 @@ pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>
     // The [start, end) ranges of parts (leaf) or children (internal) each piece takes.
     let groups: Vec<(usize, usize)> = match &node.body {
         Body::Leaf { parts, .. } => {
-            let sizes: Vec<usize> = parts
-                .iter()
-                .map(|p| p.get().map_or(0, |b| b.bytes()))
-                .collect();
-            let total: usize = sizes.iter().sum();
+            let size = |p: &Part<Arc<Basement>>| p.get().map_or(0, |b| b.bytes());
+            // Asked after every write into a leaf root: no allocation unless it splits.
+            let total: usize = parts.iter().map(size).sum();
             if total <= shape.node_bytes || parts.len() < 2 {
                 return vec![(None, node)];
             }
+            let sizes: Vec<usize> = parts.iter().map(size).collect();
             let k = total
                 .div_ceil(shape.node_bytes * 3 / 4)
                 .clamp(2, parts.len());
