@@ -6,7 +6,9 @@
 //!
 //! `QUICK_E1_DELTAS=K` sets `Options::leaf_deltas` (0: leaf deltas off); `QUICK_E1_LOOKUPS=N`
 //! adds an E2 pass after the inserts: N point reads of inserted keys on the same environment
-//! (its cache as the inserts left it), with CPU time and device reads per lookup.
+//! (its cache as the inserts left it), with CPU time and device reads per lookup; with
+//! `QUICK_E1_COLD=1` the environment is closed, the page cache dropped (as root) and the image
+//! reopened first, as E2 does, and the pass runs twice (cold, then with the cache it warmed).
 use std::ops::Bound;
 use std::time::Instant;
 
@@ -79,6 +81,18 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    if lookups > 0 && threads == 1 && std::env::var_os("QUICK_E1_COLD").is_some() {
+        // E2's conditions: closed, the page cache dropped (root only), opened again.
+        drop(t);
+        env.close().unwrap();
+        let dropped = std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok();
+        println!("cold: reopened, page cache dropped: {dropped}");
+        let env = Env::open(&path, opts).unwrap();
+        let t = env.tree("e1").unwrap();
+        point_reads(&env, &t, n, lookups);
+        point_reads(&env, &t, n, lookups);
+        return;
+    }
     if lookups > 0 && threads == 1 {
         point_reads(&env, &t, n, lookups);
     }
