@@ -37,13 +37,15 @@ pub(crate) struct State {
 }
 
 const META_MAGIC: &[u8; 4] = b"FCAT";
-/// Catalog version written by this build: 5 = node blocks may be of node version 2 (leaf
+/// Catalog version written by this build: 6 = internal node blocks may be of node version 3
+/// (key filters of leaf deltas, format.md; no new catalog field), refused by builds before
+/// them. 5 = node blocks may be of node version 2 (leaf
 /// deltas, format.md "Leaf deltas"; no new catalog field), so a build without deltas refuses
 /// the image at open instead of failing on the first node it cannot read. 4 = the log may hold
 /// records with data extents
 /// (tag 4) and the catalog ends with the extent table (X3). Version 3 added sync marks (W10)
 /// and the image's fixed size (0: the image grows; B11).
-const META_VERSION: u32 = 5;
+const META_VERSION: u32 = 6;
 /// Oldest catalog version read: 2 (no size field, a log without sync marks).
 const META_VERSION_OLDEST: u32 = 2;
 /// Catalog value of `log_id` while an image is being created (no log yet).

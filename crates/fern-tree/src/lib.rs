@@ -26,6 +26,7 @@ mod drain;
 mod env;
 mod error;
 pub mod extent;
+mod filter;
 #[doc(hidden)]
 pub mod fuzz;
 mod ids;

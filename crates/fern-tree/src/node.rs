@@ -24,6 +24,7 @@ use crate::buffer::MsgBuffer;
 use crate::codec::{self, Compression};
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
+use crate::filter::KeyFilter;
 use crate::ids::NodeId;
 use crate::varint::{put_varint, Reader};
 use crate::MAX_KEY_LEN;
@@ -35,6 +36,8 @@ const MAGIC: &[u8; 4] = b"FNOD";
 /// blocks it always wrote.
 const NODE_VERSION_1: u8 = 1;
 const NODE_VERSION_2: u8 = 2;
+/// Internal nodes whose delta entries carry key filters (format.md "Key filters of leaf deltas").
+const NODE_VERSION_3: u8 = 3;
 /// Most deltas a child may have (D5); the header stores the count in one byte.
 pub(crate) const MAX_DELTAS_LIMIT: usize = 16;
 const KIND_LEAF: u8 = 0;
@@ -90,10 +93,20 @@ impl<T> Part<T> {
 /// A leaf delta named by its parent (format.md "Leaf deltas"): its node id and the packed
 /// bytes of its messages, so the parent decides between appending and merging (D5) without
 /// reading its deltas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DeltaRef {
     pub id: NodeId,
     pub bytes: u32,
+    /// Which keys the delta may hold (D6); `None`: any (it holds a range delete, or it was
+    /// written before filters).
+    pub filter: Option<Arc<KeyFilter>>,
+}
+
+impl DeltaRef {
+    /// Whether the delta may hold a message for `key` (D6): a point read skips it otherwise.
+    pub(crate) fn may_hold(&self, key: &[u8]) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain(key))
+    }
 }
 
 /// The kind-specific part of a node.
@@ -218,6 +231,11 @@ impl Node {
     }
 
     /// Whether any child entry names a delta (decides the node version written).
+    /// Whether some delta entry carries a key filter (node version 3).
+    fn filters_deltas(&self) -> bool {
+        matches!(&self.body, Body::Internal { deltas, .. } if deltas.iter().flatten().any(|d| d.filter.is_some()))
+    }
+
     fn names_deltas(&self) -> bool {
         matches!(&self.body, Body::Internal { deltas, .. } if deltas.iter().any(|d| !d.is_empty()))
     }
@@ -240,7 +258,17 @@ impl Node {
                     .map(|p| p.get().map_or(0, MsgBuffer::mem) + 48)
                     .sum::<usize>()
                     + children.capacity() * 8
-                    + deltas.iter().map(|d| d.capacity() * 16 + 24).sum::<usize>()
+                    + deltas
+                        .iter()
+                        .map(|d| {
+                            d.capacity() * std::mem::size_of::<DeltaRef>()
+                                + 24
+                                + d.iter()
+                                    .filter_map(|d| d.filter.as_ref())
+                                    .map(|f| f.mem())
+                                    .sum::<usize>()
+                        })
+                        .sum::<usize>()
             }
             Body::Delta { parts, .. } => parts
                 .iter()
@@ -278,6 +306,7 @@ impl Node {
         let pivots = self.pivots();
         let (kind, version) = match &self.body {
             Body::Leaf { .. } => (KIND_LEAF, NODE_VERSION_1),
+            Body::Internal { .. } if self.filters_deltas() => (KIND_INTERNAL, NODE_VERSION_3),
             Body::Internal { .. } if self.names_deltas() => (KIND_INTERNAL, NODE_VERSION_2),
             Body::Internal { .. } => (KIND_INTERNAL, NODE_VERSION_1),
             Body::Delta { .. } => (KIND_DELTA, NODE_VERSION_2),
@@ -290,8 +319,19 @@ impl Node {
         if internal {
             header_len += nparts * 8;
         }
-        if let (Body::Internal { deltas, .. }, NODE_VERSION_2) = (&self.body, version) {
-            header_len += deltas.iter().map(|d| 1 + d.len() * 12).sum::<usize>();
+        if let Body::Internal { deltas, .. } = &self.body {
+            header_len += match version {
+                NODE_VERSION_2 => deltas.iter().map(|d| 1 + d.len() * 12).sum::<usize>(),
+                NODE_VERSION_3 => {
+                    deltas
+                        .iter()
+                        .flatten()
+                        .map(|d| 14 + d.filter.as_ref().map_or(0, |f| f.encoded_len()))
+                        .sum::<usize>()
+                        + deltas.len()
+                }
+                _ => 0,
+            };
         }
         for p in pivots {
             header_len += crate::varint::varint_len(p.len() as u64) + p.len();
@@ -326,12 +366,20 @@ impl Node {
             } = &self.body
             {
                 header.extend_from_slice(&children[i].0.to_le_bytes());
-                if version == NODE_VERSION_2 {
+                if version >= NODE_VERSION_2 {
                     // D5 bounds a list far below 255; MAX_DELTAS_LIMIT caps the option.
                     header.push(deltas[i].len() as u8);
                     for d in &deltas[i] {
                         header.extend_from_slice(&d.id.0.to_le_bytes());
                         header.extend_from_slice(&d.bytes.to_le_bytes());
+                        if version == NODE_VERSION_3 {
+                            // filter::MAX_BYTES keeps it far below 64 KiB.
+                            let flen = d.filter.as_ref().map_or(0, |f| f.encoded_len());
+                            header.extend_from_slice(&(flen as u16).to_le_bytes());
+                            if let Some(f) = &d.filter {
+                                f.encode(&mut header);
+                            }
+                        }
                     }
                 }
             }
@@ -378,14 +426,17 @@ impl Node {
             return Err(Error::corrupt(what_node(), "bad magic"));
         }
         let version = p[4];
-        if version != NODE_VERSION_1 && version != NODE_VERSION_2 {
+        if !(NODE_VERSION_1..=NODE_VERSION_3).contains(&version) {
             return Err(Error::corrupt(
                 what_node(),
                 format!("unknown node version {version}"),
             ));
         }
         let kind = p[5];
-        if kind > KIND_DELTA || (kind == KIND_DELTA && version < NODE_VERSION_2) {
+        if kind > KIND_DELTA
+            || (kind == KIND_DELTA && version < NODE_VERSION_2)
+            || (kind != KIND_INTERNAL && version == NODE_VERSION_3)
+        {
             return Err(Error::corrupt(
                 what_node(),
                 format!("bad node kind {kind} for node version {version}"),
@@ -436,7 +487,7 @@ impl Node {
             if internal {
                 children.push(NodeId(r.u64()?));
                 let mut list = Vec::new();
-                if version == NODE_VERSION_2 {
+                if version >= NODE_VERSION_2 {
                     let n = r.u8()? as usize;
                     if n > MAX_DELTAS_LIMIT || (n > 0 && height != 1) {
                         return Err(r.err(format!(
@@ -446,7 +497,17 @@ impl Node {
                     for _ in 0..n {
                         let id = NodeId(r.u64()?);
                         let bytes = r.u32()?;
-                        list.push(DeltaRef { id, bytes });
+                        let mut filter = None;
+                        if version == NODE_VERSION_3 {
+                            let flen = u16::from_le_bytes([r.u8()?, r.u8()?]) as usize;
+                            if flen > 0 {
+                                let raw = r.bytes(flen)?;
+                                let f = KeyFilter::decode(raw)
+                                    .map_err(|e| r.err(format!("child {i}'s delta {id}: {e}")))?;
+                                filter = Some(Arc::new(f));
+                            }
+                        }
+                        list.push(DeltaRef { id, bytes, filter });
                     }
                 }
                 deltas.push(list);

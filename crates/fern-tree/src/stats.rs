@@ -96,6 +96,9 @@ pub struct WorkStats {
     pub delta_appends: u64,
     /// Leaf flushes (or merges of small leaves) that folded a leaf's deltas into it.
     pub delta_merges: u64,
+    /// Leaf deltas point reads did not read because their key filter ruled the key out
+    /// (format.md "Key filters of leaf deltas").
+    pub delta_skips: u64,
 }
 
 impl Stats {
@@ -155,6 +158,7 @@ pub(crate) struct Counters {
     detached_discards: AtomicU64,
     delta_appends: AtomicU64,
     delta_merges: AtomicU64,
+    delta_skips: AtomicU64,
 }
 
 /// Why a node block is written.
@@ -202,6 +206,13 @@ impl Counters {
             &self.delta_appends
         };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts leaf deltas a point read skipped by their key filters.
+    pub(crate) fn delta_skips(&self, n: u64) {
+        if n > 0 {
+            self.delta_skips.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// Counts a node a writer read from the device.
@@ -259,6 +270,7 @@ impl Counters {
             detached_discards: l(&self.detached_discards),
             delta_appends: l(&self.delta_appends),
             delta_merges: l(&self.delta_merges),
+            delta_skips: l(&self.delta_skips),
         }
     }
 

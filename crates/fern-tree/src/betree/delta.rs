@@ -4,9 +4,12 @@
 //! its parent's buffer.
 //! Never: decides which buffer flushes (flush.rs) or reshapes nodes (reshape.rs).
 
+use std::sync::Arc;
+
 use super::{intersects, range_of, Ctx, Shape};
 use crate::buffer::{KeyOrder, MsgBuffer};
 use crate::error::Result;
+use crate::filter::KeyFilter;
 use crate::msg::{Kind, MsgRef};
 use crate::node::{child_for, DeltaRef, Node, SharedNode};
 
@@ -30,8 +33,22 @@ pub(super) fn append(ctx: &Ctx<'_>, deltas: &mut Vec<DeltaRef>, msgs: MsgBuffer)
     // D5 bounds a chain to half a node, far below 4 GiB.
     let bytes = parts.iter().map(MsgBuffer::bytes).sum::<usize>() as u32;
     ctx.put(Node::new_delta(id, pivots, parts));
-    deltas.push(DeltaRef { id, bytes });
+    deltas.push(DeltaRef {
+        id,
+        bytes,
+        filter: key_filter(&msgs).map(Arc::new),
+    });
     ctx.counters.delta(false);
+}
+
+/// The key filter of a delta holding `msgs` (D6, D7): none when a range delete is among them
+/// (it may cover any key of its range).
+fn key_filter(msgs: &MsgBuffer) -> Option<KeyFilter> {
+    if msgs.ranges().next().is_some() {
+        return None;
+    }
+    let keys = msgs.in_msn_order().map(|(m, _)| m.key);
+    Some(KeyFilter::build(keys, msgs.count()))
 }
 
 /// Splits `msgs` by key into partitions of about `target` bytes (every message of one key in

@@ -54,7 +54,21 @@ pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<
     let floor = b.max_msn;
     let mut value = b.get(key).map(<[u8]>::to_vec);
     let mut points = Vec::new();
-    let deltas = leaf_deltas(ctx, &path)?;
+    // Only the deltas whose key filter may hold the key (D6): the others have no message for
+    // it, and a delta with a range delete has no filter.
+    let deltas = match path.last().map(|(n, i)| (&n.body, *i)) {
+        Some((Body::Internal { deltas, .. }, i)) => {
+            let may: Vec<_> = deltas[i]
+                .iter()
+                .filter(|d| d.may_hold(key))
+                .cloned()
+                .collect();
+            ctx.counters
+                .delta_skips((deltas[i].len() - may.len()) as u64);
+            delta::fetch(ctx, &may)?
+        }
+        _ => Vec::new(),
+    };
     for d in &deltas {
         let buf = ctx.delta_msgs(d, child_for(d.pivots(), key))?;
         value = fold_key(buf, key, floor, value, &mut points, ctx.upserts)?;

@@ -243,6 +243,14 @@ fn check_delta(
                     "message in partition {i} outside its key range (invariant D3)"
                 )));
             }
+            if let Some(f) = &d.filter {
+                if m.kind == Kind::RangeDelete || !f.may_contain(m.key) {
+                    return Err(bad(format!(
+                        "message {} in partition {i} is not in the delta's key filter (invariant D6)",
+                        m.msn
+                    )));
+                }
+            }
             last = m.msn;
             max = max.max(m.msn);
         }

@@ -86,6 +86,7 @@ pub fn engine_figures(store: &TreeStore, live: bool) -> Value {
             "drained_flushes": s.work.drained_flushes,
             "delta_appends": s.work.delta_appends,
             "delta_merges": s.work.delta_merges,
+            "delta_skips": s.work.delta_skips,
         })),
         "backlog_messages": backlog.map(|b| b.messages),
         "backlog_bytes": backlog.map(|b| b.bytes),
