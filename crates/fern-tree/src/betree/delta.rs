@@ -102,7 +102,7 @@ pub(super) fn fold(
     if deltas.is_empty() {
         return Ok(newer);
     }
-    let nodes = fetch(ctx, deltas)?;
+    let nodes = fetch(ctx, deltas.iter())?;
     let mut all = MsgBuffer::new();
     let mut order = KeyOrder::new(1);
     let mut sources: Vec<&MsgBuffer> = Vec::new();
@@ -150,6 +150,9 @@ pub(super) fn free(ctx: &Ctx<'_>, deltas: &mut Vec<DeltaRef>) {
 
 /// The delta nodes of a list, oldest first, for reading (from the cache, or read whole: a
 /// delta is small).
-pub(super) fn fetch(ctx: &Ctx<'_>, deltas: &[DeltaRef]) -> Result<Vec<SharedNode>> {
-    deltas.iter().map(|d| ctx.fetch(d.id)).collect()
+pub(super) fn fetch<'d>(
+    ctx: &Ctx<'_>,
+    deltas: impl IntoIterator<Item = &'d DeltaRef>,
+) -> Result<Vec<SharedNode>> {
+    deltas.into_iter().map(|d| ctx.fetch(d.id)).collect()
 }

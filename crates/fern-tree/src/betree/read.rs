@@ -13,15 +13,25 @@ use crate::msg::{self, MsgRef, UpsertRegistry};
 use crate::node::{child_before, child_for, Body, SharedNode};
 
 /// The leaf deltas between the last node of `path` and the leaf below it (D1: only a height-1
-/// node names deltas), oldest first.
-fn leaf_deltas(ctx: &Ctx<'_>, path: &[(SharedNode, usize)]) -> Result<Vec<SharedNode>> {
-    match path.last() {
-        Some((n, i)) => match &n.body {
-            Body::Internal { deltas, .. } => delta::fetch(ctx, &deltas[*i]),
-            _ => Ok(Vec::new()),
-        },
-        None => Ok(Vec::new()),
-    }
+/// node names deltas), oldest first. With `key`, only those whose key filter may hold it (D6:
+/// the others have no message for it; a delta with a range delete has no filter); the skipped
+/// ones are counted.
+fn leaf_deltas(
+    ctx: &Ctx<'_>,
+    path: &[(SharedNode, usize)],
+    key: Option<&[u8]>,
+) -> Result<Vec<SharedNode>> {
+    let Some((Body::Internal { deltas, .. }, i)) = path.last().map(|(n, i)| (&n.body, *i)) else {
+        return Ok(Vec::new());
+    };
+    let Some(key) = key else {
+        return delta::fetch(ctx, &deltas[i]);
+    };
+    let may = deltas[i].iter().filter(|d| d.may_hold(key));
+    let fetched = delta::fetch(ctx, may)?;
+    ctx.counters
+        .delta_skips((deltas[i].len() - fetched.len()) as u64);
+    Ok(fetched)
 }
 
 /// Point lookup: the leaf's row with every pending message on the path applied, oldest first:
@@ -54,21 +64,7 @@ pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<
     let floor = b.max_msn;
     let mut value = b.get(key).map(<[u8]>::to_vec);
     let mut points = Vec::new();
-    // Only the deltas whose key filter may hold the key (D6): the others have no message for
-    // it, and a delta with a range delete has no filter.
-    let deltas = match path.last().map(|(n, i)| (&n.body, *i)) {
-        Some((Body::Internal { deltas, .. }, i)) => {
-            let may: Vec<_> = deltas[i]
-                .iter()
-                .filter(|d| d.may_hold(key))
-                .cloned()
-                .collect();
-            ctx.counters
-                .delta_skips((deltas[i].len() - may.len()) as u64);
-            delta::fetch(ctx, &may)?
-        }
-        _ => Vec::new(),
-    };
+    let deltas = leaf_deltas(ctx, &path, Some(key))?;
     for d in &deltas {
         let buf = ctx.delta_msgs(d, child_for(d.pivots(), key))?;
         value = fold_key(buf, key, floor, value, &mut points, ctx.upserts)?;
@@ -194,7 +190,7 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
     }
     // Pending messages for the window, from every ancestor and the leaf's deltas, in (key,
     // MSN) order.
-    let deltas = leaf_deltas(ctx, &path)?;
+    let deltas = leaf_deltas(ctx, &path, None)?;
     let mut points: Vec<MsgRef<'_>> = Vec::new();
     let mut ranges: Vec<MsgRef<'_>> = Vec::new();
     let mut bufs = Vec::with_capacity(path.len() + deltas.len());
