@@ -11,6 +11,7 @@ use std::cmp::Ordering;
 
 use crate::error::Result;
 use crate::ids::Msn;
+use crate::keycmp;
 use crate::msg::{self, Kind, MsgRef, UpsertRegistry};
 use crate::varint::{get_varint_trusted, put_varint, Reader};
 use crate::{MAX_KEY_LEN, MAX_VALUE_LEN};
@@ -99,11 +100,12 @@ impl Basement {
     /// comparison.
     pub(crate) fn search(&self, key: &[u8]) -> std::result::Result<usize, usize> {
         if let Some(&last) = self.offs.last() {
-            if self.key_at_off(last) < key {
+            if keycmp::lt(self.key_at_off(last), key) {
                 return Err(self.offs.len());
             }
         }
-        self.offs.binary_search_by(|&o| self.key_at_off(o).cmp(key))
+        self.offs
+            .binary_search_by(|&o| keycmp::cmp(self.key_at_off(o), key))
     }
 
     pub(crate) fn get(&self, key: &[u8]) -> Option<&[u8]> {
@@ -323,7 +325,7 @@ impl Basement {
     /// over many rows and for a message on nearly every row.
     fn lower_bound_from(&self, from: usize, key: &[u8]) -> usize {
         let rows = &self.offs[from..];
-        let below = |o: &u32| self.key_at_off(*o) < key;
+        let below = |o: &u32| keycmp::lt(self.key_at_off(*o), key);
         let (mut lo, mut step) = (0usize, 1usize);
         while lo < rows.len() && below(&rows[lo]) {
             lo += step;

@@ -8,6 +8,7 @@ use foldhash::{HashMap, HashMapExt};
 
 use crate::error::Result;
 use crate::ids::Msn;
+use crate::keycmp;
 use crate::msg::{coalesce, Coalesced, Kind, MsgRef, Op, UpsertRegistry, DEAD};
 use crate::varint::{get_varint_trusted, Reader};
 
@@ -652,8 +653,8 @@ impl Slot {
 /// somewhere in the buffer (a cache miss each).
 fn place_in(data: &[u8], sorted: &[u32], key: &[u8]) -> usize {
     match sorted.last() {
-        Some(&last) if key_at(data, last) <= key => sorted.len(),
-        _ => sorted.partition_point(|&o| key_at(data, o) <= key),
+        Some(&last) if keycmp::le(key_at(data, last), key) => sorted.len(),
+        _ => sorted.partition_point(|&o| keycmp::le(key_at(data, o), key)),
     }
 }
 
@@ -668,21 +669,21 @@ fn place_from(data: &[u8], sorted: &[u32], from: usize, key: &[u8]) -> usize {
         if probe >= sorted.len() {
             break sorted.len();
         }
-        if key_at(data, sorted[probe]) > key {
+        if !keycmp::le(key_at(data, sorted[probe]), key) {
             break probe;
         }
         lo = probe + 1;
         step *= 2;
     };
-    lo + sorted[lo..hi].partition_point(|&o| key_at(data, o) <= key)
+    lo + sorted[lo..hi].partition_point(|&o| keycmp::le(key_at(data, o), key))
 }
 
 /// Index of the first message in `sorted` with a key >= `key` (one comparison when `key` is
 /// past the last, as in [`place_in`]).
 fn first_in(data: &[u8], sorted: &[u32], key: &[u8]) -> usize {
     match sorted.last() {
-        Some(&last) if key_at(data, last) < key => sorted.len(),
-        _ => sorted.partition_point(|&o| key_at(data, o) < key),
+        Some(&last) if keycmp::lt(key_at(data, last), key) => sorted.len(),
+        _ => sorted.partition_point(|&o| keycmp::lt(key_at(data, o), key)),
     }
 }
 
@@ -702,13 +703,13 @@ fn sort_by_key(data: &[u8], items: &mut [u32], offset_of: impl Fn(u32) -> u32) {
     let key = |item: u32| key_at(data, offset_of(item));
     if items.len() <= 16 {
         // A write's few messages: not worth a decorated copy.
-        items.sort_by(|&a, &b| key(a).cmp(key(b)).then(a.cmp(&b)));
+        items.sort_by(|&a, &b| keycmp::cmp(key(a), key(b)).then(a.cmp(&b)));
         return;
     }
     let mut decorated: Vec<(u64, u32)> = items.iter().map(|&i| (key_prefix(key(i)), i)).collect();
     decorated.sort_by(|a, b| {
         a.0.cmp(&b.0)
-            .then_with(|| key(a.1).cmp(key(b.1)))
+            .then_with(|| keycmp::cmp(key(a.1), key(b.1)))
             .then(a.1.cmp(&b.1))
     });
     for (slot, (_, item)) in items.iter_mut().zip(decorated) {

@@ -469,17 +469,22 @@ impl Env {
         let extent_bytes: u64 = batch.extents.iter().map(|(_, d)| d.len() as u64).sum();
         // The payload's length is final before the extents are written (their references
         // are placeholders of the same size), so admission refuses before any data is written.
-        let payload_len = wal::encode_batch(batch.ops.iter().map(|(t, op)| (t.idx as u32, op)))
-            .len()
-            + crate::extent::ops_len(batch.extents.len(), batch.frees.len());
+        let encode =
+            |b: &WriteBatch| wal::encode_batch(b.ops.iter().map(|(t, op)| (t.idx as u32, op)));
+        let mut payload = encode(&batch);
+        let payload_len =
+            payload.len() + crate::extent::ops_len(batch.extents.len(), batch.frees.len());
         self.admit(admission, payload_len as u64 + extent_bytes)?;
         let mut batch = batch;
         let written = self.write_extents(&batch.extents)?;
         let ext_ops = crate::extent::fill_refs(&mut batch, &written.refs);
+        if !batch.extents.is_empty() {
+            // The references were placeholders of the same size: encoded again, filled in.
+            payload = encode(&batch);
+        }
         // The data is on the device (or the batch fails below and frees its space): the
         // buffers serve the next writers.
         self.recycle_extent_buffers(&mut batch.extents);
-        let mut payload = wal::encode_batch(batch.ops.iter().map(|(t, op)| (t.idx as u32, op)));
         if !ext_ops.is_empty() {
             wal::add_extent_ops(&mut payload, &ext_ops);
         }

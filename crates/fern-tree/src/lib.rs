@@ -30,6 +30,7 @@ mod filter;
 #[doc(hidden)]
 pub mod fuzz;
 mod ids;
+mod keycmp;
 mod msg;
 mod node;
 mod options;

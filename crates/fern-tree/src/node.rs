@@ -166,13 +166,13 @@ impl Clone for Node {
 /// Index of the partition or child that holds `key`, given the pivots.
 #[inline]
 pub(crate) fn child_for(pivots: &[Vec<u8>], key: &[u8]) -> usize {
-    pivots.partition_point(|p| p.as_slice() <= key)
+    pivots.partition_point(|p| crate::keycmp::le(p, key))
 }
 
 /// Index of the partition or child holding the greatest keys below `key`.
 #[inline]
 pub(crate) fn child_before(pivots: &[Vec<u8>], key: &[u8]) -> usize {
-    pivots.partition_point(|p| p.as_slice() < key)
+    pivots.partition_point(|p| crate::keycmp::lt(p, key))
 }
 
 impl Node {
