@@ -6,7 +6,7 @@
 
 use super::apply::push_down;
 use super::delta;
-use super::reshape::{is_empty_leaf, is_small, merge_small_child, split_if_needed};
+use super::reshape::{is_empty_leaf, is_small, merge_small_child, split_if_needed, split_pieces};
 use super::{Ctx, Shape};
 use crate::buffer::MsgBuffer;
 use crate::error::{Error, Result};
@@ -69,43 +69,48 @@ pub(crate) fn flush_step(ctx: &Ctx<'_>, root: NodeId) -> Result<(NodeId, bool)> 
 
 /// Puts a changed root back: splits it (growing the tree) or collapses single-child roots.
 pub(super) fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
-    let mut pieces = split_if_needed(ctx, node);
-    if pieces.len() > 1 {
-        // The root split: a new root above the pieces (the tree grows at the top).
-        let height = pieces[0].1.height + 1;
-        let mut pivots = Vec::new();
-        let mut children = Vec::new();
-        let mut bufs = Vec::new();
-        let mut deltas = Vec::new();
-        for (pivot, n) in pieces {
-            if let Some(p) = pivot {
-                pivots.push(p);
-            }
-            children.push(n.id);
-            bufs.push(Part::loaded(MsgBuffer::new()));
-            deltas.push(Vec::new());
-            ctx.put(n);
+    let mut node = match split_pieces(ctx, node) {
+        Err(whole) => whole,
+        Ok(mut pieces) if pieces.len() < 2 => {
+            pieces
+                .pop()
+                .ok_or_else(|| Error::corrupt("tree", "split lost the root"))?
+                .1
         }
-        let root = Node {
-            id: ctx.new_id(),
-            height,
-            body: Body::Internal {
-                pivots,
-                children,
-                bufs,
-                deltas,
-            },
-            block: None,
-            dirty: Default::default(),
-            mem: Default::default(),
-        };
-        let id = root.id;
-        ctx.put(root);
-        return Ok(id);
-    }
-    let (_, mut node) = pieces
-        .pop()
-        .ok_or_else(|| Error::corrupt("tree", "split lost the root"))?;
+        Ok(pieces) => {
+            // The root split: a new root above the pieces (the tree grows at the top).
+            let height = pieces[0].1.height + 1;
+            let mut pivots = Vec::new();
+            let mut children = Vec::new();
+            let mut bufs = Vec::new();
+            let mut deltas = Vec::new();
+            for (pivot, n) in pieces {
+                if let Some(p) = pivot {
+                    pivots.push(p);
+                }
+                children.push(n.id);
+                bufs.push(Part::loaded(MsgBuffer::new()));
+                deltas.push(Vec::new());
+                ctx.put(n);
+            }
+            let root = Node {
+                id: ctx.new_id(),
+                height,
+                body: Body::Internal {
+                    pivots,
+                    children,
+                    bufs,
+                    deltas,
+                },
+                block: None,
+                dirty: Default::default(),
+                mem: Default::default(),
+            };
+            let id = root.id;
+            ctx.put(root);
+            return Ok(id);
+        }
+    };
     // Collapse a root that has one child and nothing buffered for it, in its buffer or as
     // deltas (the tree shrinks at the top).
     loop {

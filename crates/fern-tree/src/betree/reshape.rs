@@ -161,6 +161,15 @@ pub(super) fn is_empty_leaf(node: &Node) -> bool {
 /// Splits a node that is over its size (leaf) or fanout (internal) into pieces.
 /// Returns (lower pivot, node) pairs; the first piece keeps the original id.
 pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>, Node)> {
+    split_pieces(ctx, node).unwrap_or_else(|whole| vec![(None, whole)])
+}
+
+/// [`split_if_needed`] that hands back a node within bounds as `Err` — without the one-piece
+/// `Vec` a root written by every commit would otherwise allocate and free.
+pub(super) fn split_pieces(
+    ctx: &Ctx<'_>,
+    node: Node,
+) -> std::result::Result<Vec<(Option<Vec<u8>>, Node)>, Node> {
     let shape = ctx.shape;
     // The [start, end) ranges of parts (leaf) or children (internal) each piece takes.
     let groups: Vec<(usize, usize)> = match &node.body {
@@ -169,7 +178,7 @@ pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>
             // Asked after every write into a leaf root: no allocation unless it splits.
             let total: usize = parts.iter().map(size).sum();
             if total <= shape.node_bytes || parts.len() < 2 {
-                return vec![(None, node)];
+                return Err(node);
             }
             let sizes: Vec<usize> = parts.iter().map(size).collect();
             let k = total
@@ -179,13 +188,13 @@ pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>
         }
         Body::Internal { children, .. } => {
             if children.len() <= shape.fanout {
-                return vec![(None, node)];
+                return Err(node);
             }
             let n = children.len();
             let k = n.div_ceil(shape.fanout).max(2);
             (0..k).map(|g| (g * n / k, (g + 1) * n / k)).collect()
         }
-        Body::Delta { .. } => return vec![(None, node)],
+        Body::Delta { .. } => return Err(node),
     };
     let lowers: Vec<Option<Vec<u8>>> = {
         let pivots = node.pivots();
@@ -229,7 +238,7 @@ pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>
         }
         delta @ Body::Delta { .. } => vec![delta],
     };
-    lowers
+    Ok(lowers
         .into_iter()
         .zip(bodies)
         .enumerate()
@@ -247,7 +256,7 @@ pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>
                 },
             )
         })
-        .collect()
+        .collect())
 }
 
 /// Splits `sizes` into `k` contiguous, non-empty groups of about equal total size.
