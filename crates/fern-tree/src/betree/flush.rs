@@ -6,7 +6,9 @@
 
 use super::apply::push_down;
 use super::delta;
-use super::reshape::{is_empty_leaf, is_small, merge_small_child, split_if_needed, split_pieces};
+use super::reshape::{
+    is_empty_leaf, is_small, merge_small_child, split_if_needed, split_pieces, Split,
+};
 use super::{Ctx, Shape};
 use crate::buffer::MsgBuffer;
 use crate::error::{Error, Result};
@@ -70,14 +72,14 @@ pub(crate) fn flush_step(ctx: &Ctx<'_>, root: NodeId) -> Result<(NodeId, bool)> 
 /// Puts a changed root back: splits it (growing the tree) or collapses single-child roots.
 pub(super) fn finish_root(ctx: &Ctx<'_>, node: Node) -> Result<NodeId> {
     let mut node = match split_pieces(ctx, node) {
-        Err(whole) => whole,
-        Ok(mut pieces) if pieces.len() < 2 => {
+        Split::Whole(whole) => whole,
+        Split::Pieces(mut pieces) if pieces.len() < 2 => {
             pieces
                 .pop()
                 .ok_or_else(|| Error::corrupt("tree", "split lost the root"))?
                 .1
         }
-        Ok(pieces) => {
+        Split::Pieces(pieces) => {
             // The root split: a new root above the pieces (the tree grows at the top).
             let height = pieces[0].1.height + 1;
             let mut pivots = Vec::new();

@@ -160,16 +160,27 @@ pub(super) fn is_empty_leaf(node: &Node) -> bool {
 
 /// Splits a node that is over its size (leaf) or fanout (internal) into pieces.
 /// Returns (lower pivot, node) pairs; the first piece keeps the original id.
-pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<(Option<Vec<u8>>, Node)> {
-    split_pieces(ctx, node).unwrap_or_else(|whole| vec![(None, whole)])
+pub(super) fn split_if_needed(ctx: &Ctx<'_>, node: Node) -> Vec<Piece> {
+    match split_pieces(ctx, node) {
+        Split::Whole(node) => vec![(None, node)],
+        Split::Pieces(pieces) => pieces,
+    }
 }
 
-/// [`split_if_needed`] that hands back a node within bounds as `Err` — without the one-piece
+/// A piece of a split node: its lower pivot (none for the first) and the node.
+pub(super) type Piece = (Option<Vec<u8>>, Node);
+
+/// What [`split_pieces`] made of a node.
+pub(super) enum Split {
+    /// Within bounds: the node, untouched.
+    Whole(Node),
+    /// Two or more pieces.
+    Pieces(Vec<Piece>),
+}
+
+/// [`split_if_needed`] that hands back a node within bounds as it is — without the one-piece
 /// `Vec` a root written by every commit would otherwise allocate and free.
-pub(super) fn split_pieces(
-    ctx: &Ctx<'_>,
-    node: Node,
-) -> std::result::Result<Vec<(Option<Vec<u8>>, Node)>, Node> {
+pub(super) fn split_pieces(ctx: &Ctx<'_>, node: Node) -> Split {
     let shape = ctx.shape;
     // The [start, end) ranges of parts (leaf) or children (internal) each piece takes.
     let groups: Vec<(usize, usize)> = match &node.body {
@@ -178,7 +189,7 @@ pub(super) fn split_pieces(
             // Asked after every write into a leaf root: no allocation unless it splits.
             let total: usize = parts.iter().map(size).sum();
             if total <= shape.node_bytes || parts.len() < 2 {
-                return Err(node);
+                return Split::Whole(node);
             }
             let sizes: Vec<usize> = parts.iter().map(size).collect();
             let k = total
@@ -188,13 +199,13 @@ pub(super) fn split_pieces(
         }
         Body::Internal { children, .. } => {
             if children.len() <= shape.fanout {
-                return Err(node);
+                return Split::Whole(node);
             }
             let n = children.len();
             let k = n.div_ceil(shape.fanout).max(2);
             (0..k).map(|g| (g * n / k, (g + 1) * n / k)).collect()
         }
-        Body::Delta { .. } => return Err(node),
+        Body::Delta { .. } => return Split::Whole(node),
     };
     let lowers: Vec<Option<Vec<u8>>> = {
         let pivots = node.pivots();
@@ -238,25 +249,27 @@ pub(super) fn split_pieces(
         }
         delta @ Body::Delta { .. } => vec![delta],
     };
-    Ok(lowers
-        .into_iter()
-        .zip(bodies)
-        .enumerate()
-        .map(|(g, (lower, body))| {
-            let nid = if g == 0 { id } else { ctx.new_id() };
-            (
-                lower,
-                Node {
-                    id: nid,
-                    height,
-                    body,
-                    block: None,
-                    dirty: Default::default(),
-                    mem: Default::default(),
-                },
-            )
-        })
-        .collect())
+    Split::Pieces(
+        lowers
+            .into_iter()
+            .zip(bodies)
+            .enumerate()
+            .map(|(g, (lower, body))| {
+                let nid = if g == 0 { id } else { ctx.new_id() };
+                (
+                    lower,
+                    Node {
+                        id: nid,
+                        height,
+                        body,
+                        block: None,
+                        dirty: Default::default(),
+                        mem: Default::default(),
+                    },
+                )
+            })
+            .collect(),
+    )
 }
 
 /// Splits `sizes` into `k` contiguous, non-empty groups of about equal total size.
