@@ -113,8 +113,10 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 /// The fixture sets, oldest first: `v1` = engine format 1 (header 1, catalog 2, log without
-/// sync marks), `v2` = format 2 (header 1, catalog 3, sync marks). Every test runs on each.
-const SETS: [&str; 2] = ["v1", "v2"];
+/// sync marks), `v2` = format 2 (header 1, catalog 3, sync marks), `v3` = format 3 (catalog 6,
+/// leaf deltas named by internal nodes of version 3 with their key filters). Every test runs
+/// on each.
+const SETS: [&str; 3] = ["v1", "v2", "v3"];
 
 fn open(set: &str, name: &str) -> Result<Env, Error> {
     Env::open_on(
@@ -201,6 +203,77 @@ fn damaged_log_record_is_refused() {
     }
 }
 
+/// Options of the `*-deltas` image: leaves of a few basements and flushes far smaller than
+/// half a node, so flushes into cold leaves append chains of deltas.
+fn deltas_options() -> Options {
+    Options {
+        node_bytes: 16 << 10,
+        basement_bytes: 1 << 10,
+        cache_bytes: 512 << 10,
+        ..small_options(256 << 10)
+    }
+}
+
+fn deltas_key(i: u32) -> Vec<u8> {
+    i.wrapping_mul(2_654_435_761).to_be_bytes().to_vec()
+}
+
+/// Writes of the `*-deltas` workload: where the build that made `v3-deltas` first held a full
+/// chain of deltas (3, K = 3). Fixed, so the rows never depend on a later build's flush policy.
+const DELTAS_WRITES: u32 = 5_150;
+
+/// The `*-deltas` workload: DELTAS_WRITES inserts and overwrites of 4,000 keys in a scattered
+/// order (no range delete, so every delta has a key filter). Returns the rows.
+fn deltas_workload(env: &Env) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let t = env.tree("d").expect("tree");
+    let mut rows = BTreeMap::new();
+    for n in 0..DELTAS_WRITES {
+        let i = n.wrapping_mul(7_919) % 4000;
+        let v = format!("v{n}").into_bytes();
+        let mut b = WriteBatch::new();
+        b.insert(&t, &deltas_key(i), &v);
+        rows.insert(deltas_key(i), v);
+        env.write(b).expect("write");
+    }
+    rows
+}
+
+/// Format 3 added leaf deltas, each named with its key filter by an internal node of version 3
+/// (format.md "Leaf deltas", "Key filters of leaf deltas"): the `v3-deltas` image holds such
+/// chains. Every row reads back (through the deltas), `verify` checks each filter against its
+/// delta's keys (D6), and cold lookups of absent keys skip deltas their filters rule out.
+#[test]
+fn format_3_leaf_deltas_and_their_filters_read_back() {
+    let dev = Arc::new(MemDevice::from_bytes(fixture("v3-deltas")));
+    let env = Env::open_on(dev, deltas_options()).expect("open");
+    let t = env.tree("d").expect("tree");
+    assert!(
+        t.verify().expect("verify").deltas >= 3,
+        "the image lost its deltas: {}",
+        t.verify().expect("verify").deltas
+    );
+    let before = env.stats().work.delta_skips;
+    for i in 4000..8000 {
+        assert_eq!(t.get(&deltas_key(i)).expect("get"), None);
+    }
+    assert!(
+        env.stats().work.delta_skips > before,
+        "no lookup of an absent key skipped a delta"
+    );
+    let model = deltas_workload(
+        &Env::create_on(Arc::new(MemDevice::new()), deltas_options()).expect("create"),
+    );
+    let rows: BTreeMap<Vec<u8>, Vec<u8>> = t
+        .range_vec(Bound::Unbounded, Bound::Unbounded)
+        .expect("scan")
+        .into_iter()
+        .collect();
+    assert_eq!(rows, model);
+    for (k, v) in &model {
+        assert_eq!(t.get(k).expect("get").as_ref(), Some(v));
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The generator.
 
@@ -216,10 +289,22 @@ fn generate_fixtures() {
         panic!("set FERN_WRITE_FIXTURES=DIR");
     };
     // The set's name: the current format's (see SETS).
-    let set = std::env::var("FERN_FIXTURE_SET").unwrap_or_else(|_| "v2".into());
+    let set = std::env::var("FERN_FIXTURE_SET").unwrap_or_else(|_| "v3".into());
     let write = |out: &Path, name: &str, image: &[u8]| write(out, &format!("{set}-{name}"), image);
     let out = PathBuf::from(out);
     std::fs::create_dir_all(&out).expect("mkdir");
+    // Leaf deltas with key filters (format 3 on).
+    let mem = Arc::new(MemDevice::new());
+    let env = Env::create_on(mem.clone(), deltas_options()).expect("create");
+    deltas_workload(&env);
+    let deltas = env
+        .tree("d")
+        .and_then(|t| t.verify())
+        .expect("verify")
+        .deltas;
+    assert!(deltas >= 3, "the deltas workload left {deltas} deltas");
+    env.close().expect("close");
+    write(&out, "deltas", &mem.snapshot());
     // Clean: the first part, closed.
     let mem = Arc::new(MemDevice::new());
     let env = Env::create_on(mem.clone(), options()).expect("create");
