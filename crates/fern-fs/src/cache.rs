@@ -231,9 +231,10 @@ impl Inodes {
         }
     }
 
-    /// What is known about `id`.
-    pub fn get(&self, id: InodeId) -> Option<Known> {
-        self.map.lock().get(&id).cloned()
+    /// Runs `f` on what is known about `id`, if anything, without copying it (a `Known` carries a
+    /// name and a stat: cloning one per request was 1.6 % of postmark's request threads).
+    pub fn with<T>(&self, id: InodeId, f: impl FnOnce(&Known) -> T) -> Option<T> {
+        self.map.lock().get(&id).map(f)
     }
 
     /// Whether `id` is known to have no extended attribute (see [`Known::xattr_free`]).

@@ -312,13 +312,15 @@ impl Fs {
 
     /// The stat location of an inode this mount knows.
     pub(crate) fn loc(&self, ino: InodeId) -> FsResult<(Loc, FileType)> {
-        match self.inodes.get(ino) {
+        match self.inodes.with(ino, |k| {
+            (k.loc != Loc::Gone).then(|| (k.loc.clone(), k.kind))
+        }) {
+            Some(Some(found)) => Ok(found),
             // On a shared store the kernel may still name an inode freed here by a last close
             // after another mount removed its name: ESTALE makes the kernel look the name up
             // again (LOOKUP_REVAL) instead of reporting it missing.
-            Some(k) if k.loc == Loc::Gone && self.is_shared() => Err(FsError::Stale),
-            Some(k) if k.loc == Loc::Gone => Err(FsError::NotFound),
-            Some(k) => Ok((k.loc, k.kind)),
+            Some(None) if self.is_shared() => Err(FsError::Stale),
+            Some(None) => Err(FsError::NotFound),
             None => Err(FsError::Stale),
         }
     }

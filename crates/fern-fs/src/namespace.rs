@@ -294,12 +294,15 @@ impl Fs {
             lockset.push(*parent);
         }
         let _g = self.locks.lock(&lockset);
-        let known = self.inodes.get(ino).ok_or(FsError::Stale)?;
-        if known.loc != loc {
+        let (moved, orphan) = self
+            .inodes
+            .with(ino, |k| (k.loc != loc, k.orphan))
+            .ok_or(FsError::Stale)?;
+        if moved {
             // Moved between our look and our lock: the caller sees a transient failure.
             return Err(FsError::Kv(fern_kv::KvError::Conflict));
         }
-        if known.orphan {
+        if orphan {
             return Err(FsError::NotFound);
         }
         let nploc = self.live_dir(newparent)?;
@@ -497,7 +500,7 @@ impl Fs {
         // `READ_REGISTRATIONS_ATTEMPTS + 1` on, the file becomes an orphan without the read,
         // and `settle` frees it right after the commit when no session holds it
         // (shared.rs `free_if_unheld`).
-        let open_here = self.inodes.get(id).is_some_and(|k| k.opens > 0);
+        let open_here = self.inodes.with(id, |k| k.opens > 0).unwrap_or(false);
         let unchecked = !open_here
             && d.kind()? != FileType::Directory
             && self.is_shared()
@@ -597,10 +600,10 @@ impl Fs {
     /// removed while open: nothing may be created in a removed directory (ENOENT, as the
     /// kernel's `IS_DEADDIR` check answers). The caller holds `dir`'s lock.
     pub(crate) fn live_dir(&self, dir: InodeId) -> FsResult<Loc> {
-        match self.inodes.get(dir) {
-            Some(k) if k.orphan => Err(FsError::NotFound),
-            _ => Ok(self.loc(dir)?.0),
+        if self.inodes.with(dir, |k| k.orphan) == Some(true) {
+            return Err(FsError::NotFound);
         }
+        Ok(self.loc(dir)?.0)
     }
 
     /// Fails unless `ino` is a directory this mount knows.
