@@ -723,7 +723,9 @@ fn decode_delta(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {
 fn decode_buffer(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {
     let what = || format!("node {id} buffer {i}");
     let raw = codec::decode_partition(frame, &what)?;
-    MsgBuffer::decode(&raw, &what)
+    let mut b = MsgBuffer::decode(&raw, &what)?;
+    b.index_heads();
+    Ok(b)
 }
 
 /// A node shared between the cache and readers.
