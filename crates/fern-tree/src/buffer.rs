@@ -124,7 +124,7 @@ impl MsgBuffer {
         if self.pending.is_empty() {
             return;
         }
-        self.heads = Vec::new();
+        self.drop_heads();
         let mut pending = std::mem::take(&mut self.pending);
         let places = places.filter(|p| p.at.len() == pending.len());
         if let Some(Places {
@@ -388,7 +388,7 @@ impl MsgBuffer {
         if cut == 0 {
             return;
         }
-        self.heads = Vec::new();
+        self.drop_heads();
         // Both indexes keep the offsets past the cut, moved down by it.
         let cut32 = cut as u32;
         for index in [&mut self.sorted, &mut self.ranges] {
@@ -416,7 +416,7 @@ impl MsgBuffer {
 
     /// Drops dead messages from the packed bytes, keeping the live ones in MSN order.
     fn compact(&mut self) {
-        self.heads = Vec::new();
+        self.drop_heads();
         let mut data = Vec::with_capacity(self.data.len() - self.dead);
         // (old offset, new offset) in increasing order of both.
         let mut moved: Vec<(u32, u32)> = Vec::with_capacity(self.count());
@@ -491,6 +491,14 @@ impl MsgBuffer {
                 return Some((m, raw));
             }
         })
+    }
+
+    /// Forgets `heads` (the buffer changes).
+    #[inline]
+    fn drop_heads(&mut self) {
+        if !self.heads.is_empty() {
+            self.heads = Vec::new();
+        }
     }
 
     /// Builds `heads` for a buffer just read from disk that readers will search many times
