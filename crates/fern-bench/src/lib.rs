@@ -22,6 +22,7 @@ pub mod data;
 mod engine;
 mod error;
 pub mod fs;
+pub mod memcap;
 pub mod procinfo;
 pub mod report;
 pub mod runner;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::ValueKind;
 use crate::engine::System;
+use crate::memcap::{join_cgroup_from_env, MemCap, CGROUP_ENV};
 use crate::report::{self, Record};
 use crate::workloads::{self, Scenario, Sizes, TaskOutput, TaskSpec, Workload};
 use crate::{BenchError, Result};
@@ -52,6 +53,10 @@ pub struct BenchConfig {
     pub drop_caches: bool,
     /// Where tasks run.
     pub isolation: Isolation,
+    /// Memory cap of every task, bytes: a cgroup v1 memory limit holding the task's child
+    /// process (docs/workloads.md: the same as the budget, so that engines reading through
+    /// mmap or the page cache count those pages too). Needs subprocess isolation.
+    pub mem_cap: Option<u64>,
 }
 
 /// Hooks for progress output (the harness itself prints nothing).
@@ -150,17 +155,30 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> 
     std::fs::create_dir_all(&cfg.dir)?;
     let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
     let out = RunOutput::default();
-    run_tasks(&cfg.plan(), &names, out, progress, |task, _, _, _| {
-        let result = match &cfg.isolation {
-            Isolation::InProcess => workloads::run_task(task),
-            Isolation::Subprocess { program, args } => run_child(program, args, task, &cfg.dir),
-        };
-        Ok(result.map(|t| Finished {
-            records: t.records,
-            notes: t.notes,
-            series: Vec::new(),
-        }))
-    })
+    let cap = MemCap::for_run(cfg.mem_cap, &cfg.isolation)?;
+    run_tasks(
+        &cfg.plan(),
+        &names,
+        out,
+        progress,
+        |task, name, out, progress| {
+            let before = cap.as_ref().map(MemCap::begin_task).transpose()?;
+            let result = match &cfg.isolation {
+                Isolation::InProcess => workloads::run_task(task),
+                Isolation::Subprocess { program, args } => {
+                    run_child(program, args, cap.as_ref(), task, &cfg.dir)
+                }
+            };
+            if let (Some(c), Some(before)) = (&cap, before) {
+                out.note(progress, c.task_note(name, before)?);
+            }
+            Ok(result.map(|t| Finished {
+                records: t.records,
+                notes: t.notes,
+                series: Vec::new(),
+            }))
+        },
+    )
 }
 
 /// "rep 1 E1/incompressible fern-tree": a task as progress and failures name it.
@@ -306,10 +324,14 @@ pub(crate) fn run_tasks<T: Task>(
 fn run_child(
     program: &Path,
     args: &[OsString],
+    cap: Option<&MemCap>,
     task: &TaskSpec,
     scratch: &Path,
 ) -> Result<TaskOutput> {
     let mut cmd = Command::new(program);
+    if let Some(c) = cap {
+        cmd.env(CGROUP_ENV, c.path());
+    }
     cmd.args(args);
     run_task_process(cmd, task, &task.dir, task.label(), scratch)
 }
@@ -363,6 +385,7 @@ pub(crate) fn run_task_process<T: serde::Serialize, O: serde::de::DeserializeOwn
 /// The child side of [`Isolation::Subprocess`]: runs the task described by `spec_json` and
 /// writes its output to `out`.
 pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
+    join_cgroup_from_env()?;
     let spec: TaskSpec = serde_json::from_str(spec_json)?;
     let output = workloads::run_task(&spec)?;
     std::fs::write(out, serde_json::to_string(&output)?)?;

@@ -352,6 +352,7 @@ fn run_writes_json_records_with_the_reporting_fields() {
         seed: 1,
         drop_caches: false,
         isolation: Isolation::InProcess,
+        mem_cap: None,
     };
     // Interleaved: rep 0 of every system before rep 1 of any.
     let plan = cfg.plan();
@@ -518,6 +519,7 @@ fn e9_plan_has_one_task_per_thread_count_and_system_and_json_carries_threads() {
         seed: 1,
         drop_caches: false,
         isolation: Isolation::InProcess,
+        mem_cap: None,
     };
     let plan = cfg.plan();
     assert_eq!(plan.len(), 2);

@@ -189,3 +189,59 @@ fn sigint_on_bench_removes_its_scratch_data() {
         scratch.display()
     );
 }
+
+/// `bench engine --mem-cap-mib` runs each engine's task inside a cgroup memory limit and reports
+/// what the task charged to it: the report names the cap, and each task's note shows a peak
+/// under the cap (the task process joined the cgroup: its memory and page cache count) and no
+/// OOM kill.
+#[test]
+fn bench_engine_holds_each_task_in_its_memory_cap() {
+    let memcg = if !fern_bench::procinfo::is_root() {
+        Err("needs root")
+    } else if !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        Err("needs the cgroup v1 memory controller")
+    } else {
+        Ok(())
+    };
+    if fern_testkit::skipped(fern_testkit::Need::Tools, memcg) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = fernfs()
+        .args(["bench", "engine", "--workloads", "E1", "--reps", "1"])
+        .args([
+            "--keys",
+            "100000",
+            "--budget-mib",
+            "16",
+            "--mem-cap-mib",
+            "48",
+        ])
+        .args([
+            "--no-drop-caches",
+            "--systems",
+            "fern-tree",
+            "--variants",
+            "text",
+        ])
+        .arg("--dir")
+        .arg(dir.path().join("scratch"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(report.contains("memory cap: 48 MiB per task"), "{report}");
+    let note = report
+        .lines()
+        .find(|l| l.contains("fern-tree: memory cgroup peak"))
+        .unwrap_or_else(|| panic!("no cap note: {report}"));
+    let peak: f64 = note
+        .split("peak ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no peak in {note:?}"));
+    assert!(peak >= 4.0 && peak <= 48.0, "{note}");
+    assert!(note.contains("of the 48 MiB cap"), "{note}");
+    assert!(note.ends_with("0 processes OOM-killed"), "{note}");
+}

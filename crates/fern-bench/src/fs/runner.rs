@@ -12,8 +12,9 @@ use super::posix;
 use super::target::FsSystem;
 use super::workloads::{self, FsScenario, FsTaskOutput, FsTaskSpec};
 use super::{FsSizes, FsWorkload};
+pub use crate::memcap::{join_cgroup_from_env, memcg_of, MemCap, MemUse, CGROUP_ENV};
 use crate::runner::{run_tasks, Finished, Isolation, Planner, Progress, RunOutput, Task};
-use crate::{BenchError, Result};
+use crate::Result;
 
 /// A whole `bench fs` run.
 #[derive(Clone, Debug)]
@@ -41,142 +42,6 @@ pub struct FsBenchConfig {
     pub mem_cap: Option<u64>,
     /// Measure the device's physical limits with fio at the start of every repetition.
     pub limits: bool,
-}
-
-/// Environment variable naming the cgroup a task child joins before anything else.
-pub const CGROUP_ENV: &str = "FERNFS_BENCH_CGROUP";
-/// Where the cgroup v1 memory controller is mounted.
-const MEMCG_ROOT: &str = "/sys/fs/cgroup/memory";
-
-/// A cgroup v1 memory cgroup made for one run, removed when dropped.
-pub struct MemCap {
-    path: PathBuf,
-}
-
-/// The memory cgroup of process `pid` ("self" for this one), relative to the v1 memory
-/// controller's mount (e.g. "/fernfs-bench-123"), from /proc/PID/cgroup.
-pub fn memcg_of(pid: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .ok()?
-        .lines()
-        .find_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-            ctrl.split(',')
-                .any(|c| c == "memory")
-                .then(|| path.to_string())
-        })
-}
-
-/// What one task used of its cgroup, read back after it ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemUse {
-    /// memory.max_usage_in_bytes: the peak charged (anonymous memory and page cache of every
-    /// process inside).
-    pub peak: u64,
-    /// memory.limit_in_bytes.
-    pub limit: u64,
-    /// memory.failcnt: how often a charge hit the limit (and reclaim had to run).
-    pub failcnt: u64,
-    /// `oom_kill` of memory.oom_control: processes the OOM killer ended inside.
-    pub oom_kills: u64,
-}
-
-impl MemCap {
-    /// Makes a cgroup `fernfs-bench-PID` limited to `bytes` (memory.limit_in_bytes; page cache
-    /// is charged too, so a cold read really reads), as a child of this process's own memory
-    /// cgroup: whatever limits and accounting already hold this process keep holding the
-    /// tasks. Removes the cgroups of runs that died first.
-    pub fn create(bytes: u64) -> Result<MemCap> {
-        if !Path::new(MEMCG_ROOT).join("memory.limit_in_bytes").exists() {
-            return Err(BenchError::Usage(format!(
-                "--mem-cap needs the cgroup v1 memory controller at {MEMCG_ROOT}"
-            )));
-        }
-        let own = memcg_of("self").unwrap_or_else(|| "/".into());
-        let root = Path::new(MEMCG_ROOT).join(own.trim_start_matches('/'));
-        let root = root.as_path();
-        if let Ok(rd) = std::fs::read_dir(root) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let dead = name
-                    .strip_prefix("fernfs-bench-")
-                    .and_then(|p| p.parse::<u32>().ok())
-                    .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
-                if dead {
-                    let _ = std::fs::remove_dir(e.path());
-                }
-            }
-        }
-        let path = root.join(format!("fernfs-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&path).map_err(|e| {
-            BenchError::Usage(format!(
-                "cannot make {} (--mem-cap needs root): {e}",
-                path.display()
-            ))
-        })?;
-        let cap = MemCap { path };
-        std::fs::write(cap.path.join("memory.limit_in_bytes"), bytes.to_string())?;
-        Ok(cap)
-    }
-
-    /// The cgroup's directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn read(&self, file: &str) -> Result<String> {
-        std::fs::read_to_string(self.path.join(file))
-            .map_err(|e| BenchError::Usage(format!("{}: {e}", self.path.join(file).display())))
-    }
-
-    fn read_u64(&self, file: &str) -> Result<u64> {
-        let t = self.read(file)?;
-        t.trim()
-            .parse()
-            .map_err(|_| BenchError::Usage(format!("{file}: not a number: {t:?}")))
-    }
-
-    /// Starts a task's accounting afresh: the peak and the fail count (the cgroup is shared by
-    /// the run's tasks, one after the other).
-    pub fn reset(&self) -> Result<()> {
-        std::fs::write(self.path.join("memory.max_usage_in_bytes"), "0")?;
-        std::fs::write(self.path.join("memory.failcnt"), "0")?;
-        Ok(())
-    }
-
-    /// What the cgroup used since the last [`MemCap::reset`].
-    pub fn usage(&self) -> Result<MemUse> {
-        let oom_kills = self
-            .read("memory.oom_control")?
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
-            .unwrap_or(0);
-        Ok(MemUse {
-            peak: self.read_u64("memory.max_usage_in_bytes")?,
-            limit: self.read_u64("memory.limit_in_bytes")?,
-            failcnt: self.read_u64("memory.failcnt")?,
-            oom_kills,
-        })
-    }
-}
-
-impl Drop for MemCap {
-    fn drop(&mut self) {
-        // Every task has exited by now; an empty cgroup can be removed.
-        let _ = std::fs::remove_dir(&self.path);
-    }
-}
-
-/// Moves this process into the cgroup named by [`CGROUP_ENV`], if set: everything it starts
-/// afterwards is inside too.
-pub fn join_cgroup_from_env() -> Result<()> {
-    let Some(cg) = std::env::var_os(CGROUP_ENV) else {
-        return Ok(());
-    };
-    let procs = Path::new(&cg).join("cgroup.procs");
-    std::fs::write(&procs, std::process::id().to_string())
-        .map_err(|e| BenchError::Usage(format!("cannot join cgroup {}: {e}", procs.display())))
 }
 
 /// Whether `taskset` can be used to pin tasks.
@@ -290,17 +155,7 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
         }
     }
     std::fs::create_dir_all(&cfg.dir)?;
-    let cap = match cfg.mem_cap {
-        Some(bytes) => {
-            if matches!(cfg.isolation, Isolation::InProcess) {
-                return Err(BenchError::Usage(
-                    "a memory cap needs tasks in child processes".into(),
-                ));
-            }
-            Some(MemCap::create(bytes)?)
-        }
-        None => None,
-    };
+    let cap = MemCap::for_run(cfg.mem_cap, &cfg.isolation)?;
     let pin = cfg.pin && taskset_available();
     let names: Vec<String> = cfg.systems.iter().map(|s| s.name().to_string()).collect();
     run_tasks(
@@ -309,33 +164,17 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
         out,
         progress,
         |task, name, out, progress| {
-            let before = match &cap {
-                Some(c) => {
-                    c.reset()?;
-                    Some(c.usage()?.oom_kills)
-                }
-                None => None,
-            };
+            let before = cap.as_ref().map(MemCap::begin_task).transpose()?;
             let result = match &cfg.isolation {
                 Isolation::InProcess => workloads::run_task(task),
                 Isolation::Subprocess { program, args } => {
                     run_child(program, args, pin, cap.as_ref(), task, &cfg.dir)
                 }
             };
-            if let (Some(c), Some(kills_before)) = (&cap, before) {
-                // Read back after every task: the cap is only real if the peak stayed under the
-                // limit while the task (daemon included) ran, and reclaim or the OOM killer show
-                // whether the data did not fit.
-                let u = c.usage()?;
-                let n = format!(
-                    "{name}: memory cgroup peak {:.1} MiB of the {:.0} MiB cap, limit reached {} \
-                 times, {} processes OOM-killed",
-                    u.peak as f64 / (1 << 20) as f64,
-                    u.limit as f64 / (1 << 20) as f64,
-                    u.failcnt,
-                    u.oom_kills.saturating_sub(kills_before)
-                );
-                out.note(progress, n);
+            if let (Some(c), Some(before)) = (&cap, before) {
+                // The cap is only real if the peak stayed under the limit while the task
+                // (daemon included) ran; reclaim or the OOM killer show whether it did not fit.
+                out.note(progress, c.task_note(name, before)?);
             }
             for what in posix::cleanup_leftovers(&task.dir) {
                 out.note(

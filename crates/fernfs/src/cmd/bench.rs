@@ -152,6 +152,12 @@ pub struct EngineArgs {
     /// Run every task in this process instead of a child process (peak RSS is then shared).
     #[arg(long)]
     pub in_process: bool,
+    /// Memory cap, MiB: a cgroup v1 memory limit holding each engine's task process, page
+    /// cache included (needs root). docs/workloads.md's rule is the budget itself
+    /// (`--mem-cap-mib` equal to `--budget-mib`, or 32 quick and 256 full): an engine that
+    /// reads through mmap or the page cache is then held to the memory every other one gets.
+    #[arg(long)]
+    pub mem_cap_mib: Option<u64>,
 }
 
 /// Runs `fernfs bench ...`.
@@ -419,6 +425,7 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
         seed: a.run.seed,
         drop_caches,
         isolation,
+        mem_cap: a.mem_cap_mib.map(|m| m.max(16) << 20),
     };
 
     let machine = Machine::detect();
@@ -437,6 +444,13 @@ fn engine(a: EngineArgs) -> Result<(), BenchError> {
         cfg.reps,
         cfg.seed
     );
+    if let Some(cap) = cfg.mem_cap {
+        println!(
+            "- memory cap: {} MiB per task (cgroup v1 memory.limit_in_bytes, page cache \
+             included); each task's peak is among the notes",
+            cap >> 20
+        );
+    }
     if cfg.workloads.contains(&Workload::E9) {
         println!(
             "- E9: {} s of durable commits of {} rows per thread count, threads {:?}",
