@@ -241,7 +241,7 @@ fn bench_engine_holds_each_task_in_its_memory_cap() {
         .and_then(|r| r.split(' ').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no peak in {note:?}"));
-    assert!(peak >= 4.0 && peak <= 48.0, "{note}");
+    assert!((4.0..=48.0).contains(&peak), "{note}");
     assert!(note.contains("of the 48 MiB cap"), "{note}");
     assert!(note.ends_with("0 processes OOM-killed"), "{note}");
 }
