@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::runner::Isolation;
+use crate::runner::{Isolation, Progress, RunOutput};
 use crate::{BenchError, Result};
 
 /// Environment variable naming the cgroup a task child joins before anything else.
@@ -96,6 +96,38 @@ impl MemCap {
             ));
         }
         MemCap::create(bytes).map(Some)
+    }
+
+    /// Runs one task (`run`) under the run's cap, if there is one: its accounting starts afresh
+    /// and what it used is noted for the report under `name`. Both benchmarks' task loops.
+    pub(crate) fn around<R>(
+        cap: Option<&MemCap>,
+        name: &str,
+        out: &mut RunOutput,
+        progress: &mut dyn Progress,
+        run: impl FnOnce() -> R,
+    ) -> Result<R> {
+        let Some(c) = cap else {
+            return Ok(run());
+        };
+        let before = c.begin_task()?;
+        let result = run();
+        // The cap is only real if the peak stayed under the limit while the task (a FUSE
+        // daemon included) ran; reclaim or the OOM killer show whether it did not fit.
+        out.note(progress, c.task_note(name, before)?);
+        Ok(result)
+    }
+
+    /// Whether this machine can hold a run in a cap: root and the cgroup v1 memory controller
+    /// (the reason when not; tests skip on it).
+    pub fn usable() -> std::result::Result<(), &'static str> {
+        if !crate::procinfo::is_root() {
+            Err("needs root")
+        } else if !Path::new(MEMCG_ROOT).join("memory.limit_in_bytes").exists() {
+            Err("needs the cgroup v1 memory controller")
+        } else {
+            Ok(())
+        }
     }
 
     /// Starts a task: its accounting afresh; returns the OOM kills so far (for

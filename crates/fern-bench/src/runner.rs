@@ -162,16 +162,13 @@ pub fn run(cfg: &BenchConfig, progress: &mut dyn Progress) -> Result<RunOutput> 
         out,
         progress,
         |task, name, out, progress| {
-            let before = cap.as_ref().map(MemCap::begin_task).transpose()?;
-            let result = match &cfg.isolation {
-                Isolation::InProcess => workloads::run_task(task),
-                Isolation::Subprocess { program, args } => {
-                    run_child(program, args, cap.as_ref(), task, &cfg.dir)
-                }
-            };
-            if let (Some(c), Some(before)) = (&cap, before) {
-                out.note(progress, c.task_note(name, before)?);
-            }
+            let result =
+                MemCap::around(cap.as_ref(), name, out, progress, || match &cfg.isolation {
+                    Isolation::InProcess => workloads::run_task(task),
+                    Isolation::Subprocess { program, args } => {
+                        run_child(program, args, cap.as_ref(), task, &cfg.dir)
+                    }
+                })?;
             Ok(result.map(|t| Finished {
                 records: t.records,
                 notes: t.notes,

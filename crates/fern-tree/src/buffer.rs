@@ -28,10 +28,10 @@ pub(crate) struct MsgBuffer {
     frozen: usize,
     /// The first eight bytes of each key of `sorted`, as integers in the same order, for an
     /// internal node's buffer read from disk with at least [`HEADS_MIN`] messages and not
-    /// changed since ([`MsgBuffer::index_heads`]; empty otherwise, and every change clears it). A cold point read searches its ancestors' buffers
-    /// for its key: by `sorted` each probe decodes a message somewhere in the buffer (a cache
-    /// miss each, 14 % of a cold lookup's CPU at E2 quick size); by `heads` it searches one
-    /// contiguous array. Only a hint: every answer found through it is checked against the
+    /// changed since ([`MsgBuffer::index_heads`]; empty otherwise, and every change clears
+    /// it). A cold point read searches its ancestors' buffers for its key: by `sorted` each
+    /// probe decodes a message somewhere in the buffer (a cache miss each, 14 % of a cold
+    /// lookup's CPU at E2 quick size); by `heads` it searches one contiguous array. Only a hint: every answer found through it is checked against the
     /// keys beside it before it is used ([`MsgBuffer::first_at_or_after`]).
     heads: Vec<u64>,
 }

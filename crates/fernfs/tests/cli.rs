@@ -196,13 +196,7 @@ fn sigint_on_bench_removes_its_scratch_data() {
 /// OOM kill.
 #[test]
 fn bench_engine_holds_each_task_in_its_memory_cap() {
-    let memcg = if !fern_bench::procinfo::is_root() {
-        Err("needs root")
-    } else if !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        Err("needs the cgroup v1 memory controller")
-    } else {
-        Ok(())
-    };
+    let memcg = fern_bench::memcap::MemCap::usable();
     if fern_testkit::skipped(fern_testkit::Need::Tools, memcg) {
         return;
     }

@@ -164,18 +164,13 @@ pub fn run(cfg: &FsBenchConfig, progress: &mut dyn Progress) -> Result<RunOutput
         out,
         progress,
         |task, name, out, progress| {
-            let before = cap.as_ref().map(MemCap::begin_task).transpose()?;
-            let result = match &cfg.isolation {
-                Isolation::InProcess => workloads::run_task(task),
-                Isolation::Subprocess { program, args } => {
-                    run_child(program, args, pin, cap.as_ref(), task, &cfg.dir)
-                }
-            };
-            if let (Some(c), Some(before)) = (&cap, before) {
-                // The cap is only real if the peak stayed under the limit while the task
-                // (daemon included) ran; reclaim or the OOM killer show whether it did not fit.
-                out.note(progress, c.task_note(name, before)?);
-            }
+            let result =
+                MemCap::around(cap.as_ref(), name, out, progress, || match &cfg.isolation {
+                    Isolation::InProcess => workloads::run_task(task),
+                    Isolation::Subprocess { program, args } => {
+                        run_child(program, args, pin, cap.as_ref(), task, &cfg.dir)
+                    }
+                })?;
             for what in posix::cleanup_leftovers(&task.dir) {
                 out.note(
                     progress,

@@ -340,13 +340,7 @@ fn fio_reports_are_read_and_failures_refused() {
 #[test]
 fn memory_cap_holds_its_processes_and_reads_back_their_peak() {
     use fern_bench::fs::runner::{memcg_of, MemCap};
-    let memcg = if !fern_bench::procinfo::is_root() {
-        Err("needs root")
-    } else if !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        Err("needs the cgroup v1 memory controller")
-    } else {
-        Ok(())
-    };
+    let memcg = fern_bench::memcap::MemCap::usable();
     if skipped(Need::Tools, memcg) {
         return;
     }
