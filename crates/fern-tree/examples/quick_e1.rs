@@ -9,6 +9,9 @@
 //! (its cache as the inserts left it), with CPU time and device reads per lookup; with
 //! `QUICK_E1_COLD=1` the environment is closed, the page cache dropped (as root) and the image
 //! reopened first, as E2 does, and the pass runs twice (cold, then with the cache it warmed).
+//! `QUICK_E1_MEMWATCH=1` samples the process's anonymous resident memory beside the cache's
+//! count during the inserts. It runs on the `fernfs` binary's allocator (jemalloc, same options;
+//! `_RJEM_MALLOC_CONF` overrides them).
 use std::ops::Bound;
 use std::time::Instant;
 
@@ -44,6 +47,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
         .max(1);
+    let watch = std::env::var_os("QUICK_E1_MEMWATCH").map(|_| {
+        let env = env.clone();
+        std::thread::spawn(move || mem_watch(&env))
+    });
     let start = Instant::now();
     let writers: Vec<_> = (0..threads)
         .map(|w| {
@@ -65,6 +72,10 @@ fn main() {
         writer_cpu * 1e6 / n as f64
     );
     print_work(&env.stats());
+    if let Some(w) = watch {
+        STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+        w.join().unwrap();
+    }
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     for l in status.lines().filter(|l| l.starts_with("VmHWM")) {
         println!("after inserts: {l}");
@@ -244,3 +255,40 @@ fn print_work(s: &fern_tree::Stats) {
         w.delta_appends, w.delta_merges
     );
 }
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Samples the process's anonymous resident memory and the cache's count every 2 ms; prints
+/// the maxima.
+fn mem_watch(env: &Env) {
+    let mib = |b: usize| b as f64 / 1048576.0;
+    let (mut max_anon, mut max_used, mut max_gap) = (0, 0, 0isize);
+    while !STOP.load(std::sync::atomic::Ordering::Relaxed) {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let f: Vec<usize> = statm
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let anon = (f[1] - f[2]) * 4096;
+        let used = env.stats().cache.used_bytes;
+        max_anon = max_anon.max(anon);
+        max_used = max_used.max(used);
+        max_gap = max_gap.max(anon as isize - used as isize);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    println!(
+        "memwatch: max anon rss {:.1} MiB, cache count {:.1}, gap {:.1}",
+        mib(max_anon),
+        mib(max_used),
+        max_gap as f64 / 1048576.0
+    );
+}
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The `fernfs` binary's jemalloc options (crates/fernfs/src/main.rs).
+#[allow(unsafe_code)]
+// SAFETY: a thin pointer to a NUL-terminated static string, which is what jemalloc reads.
+#[export_name = "_rjem_malloc_conf"]
+pub static JEMALLOC_CONF: &u8 = &b"narenas:1,dirty_decay_ms:1000\0"[0];

@@ -9,7 +9,7 @@
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -41,9 +41,30 @@ pub struct CacheStats {
     pub dirty_evictions: u64,
 }
 
+/// Memory counted against the cache's bound while it lives (`Cache::charged`).
+pub(crate) struct Charged<'a> {
+    cache: &'a Cache,
+    bytes: usize,
+}
+
+impl Drop for Charged<'_> {
+    fn drop(&mut self) {
+        self.cache.used.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 pub(crate) struct Cache {
     map: Mutex<HashMap<NodeId, Slot>>,
+    /// Every byte counted against the bound (C1): cached nodes, nodes a writer has taken out
+    /// (`taken`), old versions someone still holds (`orphans`), and charges (`charge`).
     used: AtomicUsize,
+    /// Nodes a writer took out to change, with the bytes each is charged: they are still in
+    /// memory, and a flush cascade holds the root and a node per level below it at once.
+    taken: Mutex<HashMap<NodeId, usize>>,
+    /// Old versions of nodes a writer replaced while another holder (a checkpoint's
+    /// snapshot, a reader, writeback) still had them, with their bytes: charged until the
+    /// last holder drops them (swept by `sweep_orphans`).
+    orphans: Mutex<Vec<(Weak<Node>, usize)>>,
     limit: usize,
     clock: AtomicU64,
     hits: AtomicU64,
@@ -62,6 +83,8 @@ impl Cache {
         Cache {
             map: Mutex::new(HashMap::new()),
             used: AtomicUsize::new(0),
+            taken: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(Vec::new()),
             limit,
             clock: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -114,7 +137,6 @@ impl Cache {
         node
     }
 
-    /// Records memory added to a cached node by a lazy partition load.
     /// Counts (or, negative, stops counting) memory that is not a cached node but competes
     /// with them: a detached flush's private copies (betree/detached.rs), so that eviction
     /// makes room for them and the bound holds while old and new versions coexist.
@@ -126,6 +148,13 @@ impl Cache {
         }
     }
 
+    /// Counts `bytes` for as long as the guard lives: an encoded node on its way to the device.
+    pub(crate) fn charged(&self, bytes: usize) -> Charged<'_> {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+        Charged { cache: self, bytes }
+    }
+
+    /// Records memory added to a cached node by a lazy partition load.
     pub(crate) fn grew(&self, node: &Node, bytes: usize) {
         if bytes > 0 {
             node.mem.fetch_add(bytes, Ordering::Relaxed);
@@ -134,16 +163,62 @@ impl Cache {
     }
 
     /// Removes a node for a writer to change. The caller holds the environment's write lock, so
-    /// no reader holds a reference and the node is moved out without copying.
+    /// no reader can get it from the cache any more; if nobody else holds it, it is moved out
+    /// without copying. Otherwise the holder (a checkpoint writing its snapshot, a reader,
+    /// writeback) keeps the old version alive: it stays charged as an orphan until dropped.
+    /// The node taken stays charged (see `pin`) until it is put back or removed.
     pub(crate) fn take(&self, id: NodeId) -> Option<Node> {
         let slot = self.map.lock().remove(&id)?;
-        self.used
-            .fetch_sub(slot.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
-        Some(Arc::try_unwrap(slot.node).unwrap_or_else(|shared| (*shared).clone()))
+        let mem = slot.node.mem.load(Ordering::Relaxed);
+        let node = match Arc::try_unwrap(slot.node) {
+            Ok(node) => node,
+            Err(shared) => {
+                self.used.fetch_add(mem, Ordering::Relaxed);
+                self.orphans.lock().push((Arc::downgrade(&shared), mem));
+                (*shared).clone()
+            }
+        };
+        // Its charge moves from the cached slot to the taken node.
+        self.used.fetch_sub(mem, Ordering::Relaxed);
+        self.replace_taken(id, Some(mem));
+        Some(node)
+    }
+
+    /// Charges a node a writer holds out of the cache at `bytes` (its memory once every
+    /// partition is loaded), replacing what it was charged so far.
+    pub(crate) fn pin(&self, id: NodeId, bytes: usize) {
+        self.replace_taken(id, Some(bytes));
+    }
+
+    /// Sets (or, `None`, ends) the charge of a taken node.
+    fn replace_taken(&self, id: NodeId, bytes: Option<usize>) {
+        let mut taken = self.taken.lock();
+        let old = match bytes {
+            Some(b) => taken.insert(id, b),
+            None => taken.remove(&id),
+        };
+        self.used.fetch_add(bytes.unwrap_or(0), Ordering::Relaxed);
+        self.used.fetch_sub(old.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// Stops charging the old versions nobody holds any more.
+    fn sweep_orphans(&self) {
+        let mut orphans = self.orphans.lock();
+        if orphans.is_empty() {
+            return;
+        }
+        orphans.retain(|(w, mem)| {
+            let alive = w.strong_count() > 0;
+            if !alive {
+                self.used.fetch_sub(*mem, Ordering::Relaxed);
+            }
+            alive
+        });
     }
 
     /// Returns a node a writer changed (or created).
     pub(crate) fn put(&self, node: Node) {
+        self.replace_taken(node.id, None);
         let m = node.mem_now();
         node.mem.store(m, Ordering::Relaxed);
         self.used.fetch_add(m, Ordering::Relaxed);
@@ -163,6 +238,7 @@ impl Cache {
 
     /// Drops a node that is no longer part of any tree.
     pub(crate) fn remove(&self, id: NodeId) {
+        self.replace_taken(id, None);
         if let Some(o) = self.map.lock().remove(&id) {
             self.used
                 .fetch_sub(o.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -229,6 +305,16 @@ impl Cache {
             .is_some_and(|s| Arc::ptr_eq(&s.node, node))
     }
 
+    /// The cached node for `id` if it is still `version` (kept as a weak reference: while one
+    /// exists, no other node can be allocated at its address).
+    pub(crate) fn current_version(&self, id: NodeId, version: &Weak<Node>) -> Option<SharedNode> {
+        self.map
+            .lock()
+            .get(&id)
+            .filter(|s| std::ptr::eq(Arc::as_ptr(&s.node), version.as_ptr()))
+            .map(|s| s.node.clone())
+    }
+
     /// Every dirty node (for a checkpoint), in node-id order: the map's order depends on a hash
     /// seed drawn per map, and a checkpoint that wrote in that order would place nodes, and cut
     /// a crash test's power, differently on every run of the same seed (testing.md: a seed
@@ -266,6 +352,7 @@ impl Cache {
     /// Evicts least recently used nodes until memory is below 90% of the bound.
     /// `write` makes a dirty node durable-on-checkpoint (copy-on-write) before it is dropped.
     pub(crate) fn evict(&self, write: &dyn Fn(&Node) -> Result<()>) -> Result<()> {
+        self.sweep_orphans();
         if !self.over_limit() {
             return Ok(());
         }
@@ -335,5 +422,72 @@ impl Cache {
             evictions: self.evictions.load(Ordering::Relaxed),
             dirty_evictions: self.dirty_evictions.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_with_leaf(id: u64) -> (Cache, usize) {
+        let cache = Cache::new(64 << 20, false);
+        cache.put(Node::new_leaf(NodeId(id)));
+        let m = cache.used_bytes() as usize;
+        assert!(m > 0);
+        (cache, m)
+    }
+
+    fn no_write(_: &Node) -> Result<()> {
+        Ok(())
+    }
+
+    #[test]
+    fn a_taken_node_stays_charged_until_it_is_put_back_or_removed() {
+        let (cache, m) = cache_with_leaf(1);
+        let node = cache.take(NodeId(1)).expect("cached");
+        assert_eq!(cache.used_bytes() as usize, m, "taken, still in memory");
+        cache.pin(NodeId(1), m + 4096);
+        assert_eq!(
+            cache.used_bytes() as usize,
+            m + 4096,
+            "pinned at its loaded size"
+        );
+        cache.put(node);
+        assert_eq!(
+            cache.used_bytes() as usize,
+            m,
+            "back: charged once, at its size"
+        );
+        let _node = cache.take(NodeId(1)).expect("cached");
+        cache.remove(NodeId(1));
+        assert_eq!(cache.used_bytes(), 0, "freed: no charge left");
+    }
+
+    #[test]
+    fn an_old_version_someone_holds_is_charged_until_dropped() {
+        let (cache, m) = cache_with_leaf(1);
+        let held = cache.get(NodeId(1)).expect("cached"); // a checkpoint's snapshot, say
+        let node = cache.take(NodeId(1)).expect("cached");
+        assert_eq!(
+            cache.used_bytes() as usize,
+            2 * m,
+            "the copy and the held original"
+        );
+        cache.put(node);
+        assert_eq!(cache.used_bytes() as usize, 2 * m);
+        cache.evict(&no_write).unwrap();
+        assert_eq!(cache.used_bytes() as usize, 2 * m, "still held");
+        drop(held);
+        cache.evict(&no_write).unwrap();
+        assert_eq!(cache.used_bytes() as usize, m, "dropped: no longer charged");
+    }
+
+    #[test]
+    fn a_charge_lasts_as_long_as_its_guard() {
+        let (cache, m) = cache_with_leaf(1);
+        let guard = cache.charged(1 << 20);
+        assert_eq!(cache.used_bytes() as usize, m + (1 << 20));
+        drop(guard);
+        assert_eq!(cache.used_bytes() as usize, m);
     }
 }

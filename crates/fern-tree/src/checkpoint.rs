@@ -177,10 +177,15 @@ impl Env {
             self.poison(r)?;
             (lsn, meta, snapshot)
         };
+        // Each node is let go once written (kept only as a weak reference, for the adoption
+        // below): a writer that takes it meanwhile copies it, and until dropped here the old
+        // version stays in memory, charged as an orphan.
+        let mut written_nodes = Vec::with_capacity(snapshot.len());
         let written = (|| {
             let mut locs = Vec::with_capacity(snapshot.len());
-            for n in &snapshot {
+            for n in snapshot {
                 let bytes = n.encode(i.shape.compression);
+                let _counted = i.cache.charged(bytes.capacity());
                 i.counters.node_written(WriteCause::Checkpoint, bytes.len());
                 let len = u32::try_from(bytes.len()).map_err(|_| {
                     Error::InvalidArgument(format!("node {} block over 4 GiB", n.id))
@@ -190,6 +195,7 @@ impl Env {
                     .write_at(&bytes, loc.offset)
                     .map_err(|e| Error::io(format!("writing node {} for a checkpoint", n.id), e))?;
                 locs.push(loc);
+                written_nodes.push((n.id, Arc::downgrade(&n)));
             }
             i.bf.lock().commit_checkpoint(lsn, &meta)?;
             Ok(locs)
@@ -201,12 +207,13 @@ impl Env {
         {
             let _st = i.state.write();
             let mut bf = i.bf.lock();
-            for (n, loc) in snapshot.iter().zip(locs) {
-                if i.cache.is_current(n) {
-                    bf.adopt(n.id, loc);
-                    n.set_dirty(false);
-                } else {
-                    bf.not_adopted(n.id, loc);
+            for ((id, version), loc) in written_nodes.iter().zip(locs) {
+                match i.cache.current_version(*id, version) {
+                    Some(n) => {
+                        bf.adopt(*id, loc);
+                        n.set_dirty(false);
+                    }
+                    None => bf.not_adopted(*id, loc),
                 }
             }
         }

@@ -99,6 +99,12 @@ impl Overlay {
         }
     }
 
+    /// Charges other memory the flight holds until it ends (its frozen copy of the messages).
+    fn count(&self, bytes: usize, cache: &Cache) {
+        self.inner.lock().charged += bytes;
+        cache.charge(bytes as isize);
+    }
+
     pub(super) fn free(&self, id: NodeId, cache: &Cache) {
         let mut st = self.inner.lock();
         if let Some(old) = st.nodes.remove(&id) {
@@ -163,6 +169,10 @@ pub(crate) fn detach(ctx: &Ctx<'_>, root: NodeId) -> Result<Option<Detached>> {
             }),
         _ => None,
     };
+    if let Some(flight) = &plan {
+        // The frozen copy is charged with the overlay until the install or discard.
+        flight.overlay.count(flight.msgs.mem(), ctx.cache);
+    }
     // Freezing changes no row: the root is not made dirty by it.
     ctx.put_unchanged(node);
     Ok(plan)

@@ -107,6 +107,10 @@ impl Ctx<'_> {
             }
         };
         node.load_all(self.dev.as_ref())?;
+        if self.overlay.is_none() {
+            // Out of the cache but in memory, with every partition loaded: still counted (C1).
+            self.cache.pin(id, node.mem_now());
+        }
         Ok(node)
     }
 
@@ -154,6 +158,7 @@ impl Ctx<'_> {
     /// Writes a node to a fresh block (copy-on-write); it stays cached, now clean.
     pub(crate) fn write_node(&self, node: &Node, cause: WriteCause) -> Result<()> {
         let bytes = node.encode(self.shape.compression);
+        let _counted = self.cache.charged(bytes.capacity());
         self.write_encoded(node, &bytes, cause)
     }
 
