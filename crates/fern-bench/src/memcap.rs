@@ -209,3 +209,19 @@ pub fn join_cgroup_from_env() -> Result<()> {
     std::fs::write(&procs, std::process::id().to_string())
         .map_err(|e| BenchError::Usage(format!("cannot join cgroup {}: {e}", procs.display())))
 }
+
+/// What the binary does to keep a task process inside its memory budget: its allocator's
+/// policy (fernfs's `memory::govern`), which this crate does not know. Set once, by the binary.
+static MEMORY_GOVERNOR: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
+
+/// Registers the binary's memory governor, started in every task process with its budget.
+pub fn set_memory_governor(govern: fn(u64)) {
+    let _ = MEMORY_GOVERNOR.set(govern);
+}
+
+/// Starts the registered governor (if any) for a task process whose budget is `bytes`.
+pub(crate) fn govern_memory(bytes: u64) {
+    if let Some(govern) = MEMORY_GOVERNOR.get() {
+        govern(bytes);
+    }
+}

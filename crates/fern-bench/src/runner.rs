@@ -384,6 +384,7 @@ pub(crate) fn run_task_process<T: serde::Serialize, O: serde::de::DeserializeOwn
 pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
     join_cgroup_from_env()?;
     let spec: TaskSpec = serde_json::from_str(spec_json)?;
+    crate::memcap::govern_memory(spec.sizes.budget_bytes);
     let output = workloads::run_task(&spec)?;
     std::fs::write(out, serde_json::to_string(&output)?)?;
     Ok(())

@@ -50,7 +50,7 @@ pub use error::{Error, Result};
 pub use extent::{ExtentRef, EXTENT_REF_LEN, MAX_EXTENT_LEN};
 pub use ids::{Lsn, Msn, NodeId, UpsertId};
 pub use msg::{MergeFn, Op, UpsertFn, UpsertRegistry};
-pub use options::{Durability, Options, RecoveryReport};
+pub use options::{cache_within_memory, Durability, Options, RecoveryReport};
 pub use space::{Admission, Space};
 pub use stats::{Backlog, DeviceStats, Stats, WorkStats};
 pub use tree::{Tree, WriteBatch};

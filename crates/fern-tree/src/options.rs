@@ -154,6 +154,19 @@ impl Options {
     }
 }
 
+/// The node cache (`Options::cache_bytes`) for a process whose whole memory is `budget` bytes —
+/// what a cgroup limit counts: anonymous memory and the page cache of its writes. The cache
+/// bounds everything node-sized the engine holds (design.md §2.5); the rest of the budget is
+/// for what it does not count (log tail, batches, thread stacks, the program's own data: ~6 MiB),
+/// the pages the allocator keeps after they are freed, and the page cache: a quarter of the
+/// budget, at least 12 MiB. Measured on E1 quick under a 32 MiB cgroup limit (BENCHMARKS.md,
+/// "The engines inside a memory cap equal to their budget"): a 24 MiB cache was OOM-killed, 20
+/// MiB was not. Never less than four nodes.
+pub fn cache_within_memory(budget: usize, node_bytes: usize) -> usize {
+    let reserve = (budget / 4).max(12 << 20);
+    budget.saturating_sub(reserve).max(4 * node_bytes)
+}
+
 /// What an open found and worked around (damage it did not refuse).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {

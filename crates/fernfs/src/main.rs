@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 mod cmd;
+mod memory;
 
 use std::process::ExitCode;
 

@@ -239,3 +239,39 @@ fn bench_engine_holds_each_task_in_its_memory_cap() {
     assert!(note.contains("of the 48 MiB cap"), "{note}");
     assert!(note.ends_with("0 processes OOM-killed"), "{note}");
 }
+
+/// Issue 16, "one memory budget": a cgroup limit equal to the engine's budget must not OOM-kill
+/// it. Before the cache counted taken nodes, orphans and encoded nodes, was sized inside the
+/// budget (`cache_within_memory`) and the binary governed the allocator's freed pages
+/// (memory.rs), fern-tree was OOM-killed at 32 MiB under a 32 MiB limit (BENCHMARKS.md).
+#[test]
+fn fern_tree_outlives_a_memory_cap_equal_to_its_budget() {
+    let memcg = fern_bench::memcap::MemCap::usable();
+    if fern_testkit::skipped(fern_testkit::Need::Tools, memcg) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = fernfs()
+        .args(["bench", "engine", "--workloads", "E1", "--reps", "1"])
+        .args([
+            "--keys",
+            "600000",
+            "--budget-mib",
+            "32",
+            "--mem-cap-mib",
+            "32",
+        ])
+        .args(["--no-drop-caches", "--systems", "fern-tree"])
+        .args(["--variants", "incompressible", "--dir"])
+        .arg(dir.path().join("scratch"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let note = report
+        .lines()
+        .find(|l| l.contains("fern-tree: memory cgroup peak"))
+        .unwrap_or_else(|| panic!("no cap note: {report}"));
+    assert!(note.ends_with("0 processes OOM-killed"), "{note}");
+    assert!(report.contains("| E1 | overall"), "{report}");
+}

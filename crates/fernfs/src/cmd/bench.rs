@@ -162,6 +162,8 @@ pub struct EngineArgs {
 
 /// Runs `fernfs bench ...`.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
+    // Task processes keep the allocator's freed pages inside their budget (memory.rs).
+    fern_bench::memcap::set_memory_governor(crate::memory::govern);
     match args.command {
         BenchCommand::Engine(e) => engine(e),
         BenchCommand::EngineTask { spec, out } => runner::child_main(&spec, &out),

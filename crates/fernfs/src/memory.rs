@@ -1,0 +1,127 @@
+//! The process's memory budget and the allocator (design.md §2.5, "One memory budget").
+//!
+//! The engine keeps its own memory inside its cache's bound (everything node-sized is counted
+//! there), but the allocator keeps pages the engine freed: jemalloc returns them to the kernel
+//! only after `dirty_decay_ms` (1 s in this binary, main.rs). At the engine's rate of node-sized
+//! allocations that was ~20 MiB of resident memory beyond the live heap on E1 quick — pages a
+//! cgroup limit counts and cannot reclaim (they are anonymous), so a process sized to its
+//! budget was OOM-killed. Returning every page at once (decay 0) costs ~40 % of E1's
+//! throughput (every node-sized buffer faulted in fresh). So the governor does that only near
+//! the budget: a thread samples the process's anonymous resident memory every
+//! [`SAMPLE_EVERY`]; above [`TIGHT_FROM`] of the budget it purges the allocator and sets decay 0,
+//! and below [`LOOSE_BELOW`] it restores the normal decay.
+//!
+//! Owns: that thread and the allocator's decay setting. Never: sizes the engine's caches
+//! (`fern_tree::cache_within_memory` does), or kills or refuses anything — it can only give
+//! back what the allocator holds.
+
+use std::time::Duration;
+
+/// How often the governor samples the process's memory.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+/// Above this share of the budget (eighths), freed pages go back to the kernel at once.
+pub const TIGHT_FROM: u64 = 6;
+/// Below this share of the budget (eighths), the allocator keeps freed pages again.
+pub const LOOSE_BELOW: u64 = 5;
+/// The binary's normal decay (main.rs `JEMALLOC_CONF`), restored when memory is loose.
+const NORMAL_DECAY_MS: isize = 1000;
+
+/// Starts the governor for a process whose whole memory is `budget` bytes. Once per process.
+pub fn govern(budget: u64) {
+    let spawned = std::thread::Builder::new()
+        .name("fern-memory".into())
+        .spawn(move || {
+            let (tight_from, loose_below) = (budget / 8 * TIGHT_FROM, budget / 8 * LOOSE_BELOW);
+            let mut tight = false;
+            loop {
+                std::thread::sleep(SAMPLE_EVERY);
+                let Some(anon) = anonymous_resident() else {
+                    return; // no /proc: nothing to govern by
+                };
+                if !tight && anon > tight_from {
+                    tight = true;
+                    set_decay(0);
+                    purge();
+                } else if tight && anon < loose_below {
+                    tight = false;
+                    set_decay(NORMAL_DECAY_MS);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("fernfs: no memory governor (thread: {e}); freed pages stay until they decay");
+    }
+}
+
+/// The process's anonymous resident memory in bytes (resident minus file-backed, statm).
+pub fn anonymous_resident() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mut f = statm.split_whitespace().map(|x| x.parse::<u64>().ok());
+    let (_size, resident, shared) = (f.next()??, f.next()??, f.next()??);
+    Some(resident.saturating_sub(shared) * page_size())
+}
+
+fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as u64)
+}
+
+/// Sets every arena's dirty-page decay (and the default of arenas made later).
+fn set_decay(ms: isize) {
+    let mut narenas: u32 = 1;
+    let mut len = std::mem::size_of::<u32>();
+    mallctl::<u32, u8>(c"arenas.narenas", Some((&mut narenas, &mut len)), None);
+    for i in 0..narenas {
+        let name = std::ffi::CString::new(format!("arena.{i}.dirty_decay_ms")).expect("no NUL");
+        mallctl::<u8, isize>(&name, None, Some(&ms));
+    }
+    mallctl::<u8, isize>(c"arenas.dirty_decay_ms", None, Some(&ms));
+}
+
+/// Returns every arena's unused dirty pages to the kernel now
+/// (`arena.<MALLCTL_ARENAS_ALL>.purge`).
+fn purge() {
+    mallctl::<u8, u8>(c"arena.4096.purge", None, None);
+}
+
+/// One jemalloc control: reads into `old` (with its length) and/or writes `new`. Errors (an
+/// unknown name on another jemalloc) are ignored: the governor then only does less.
+#[allow(unsafe_code)]
+fn mallctl<O, N>(name: &std::ffi::CStr, old: Option<(&mut O, &mut usize)>, new: Option<&N>) {
+    let (oldp, oldlenp) = match old {
+        Some((o, l)) => (o as *mut O as *mut std::ffi::c_void, l as *mut usize),
+        None => (std::ptr::null_mut(), std::ptr::null_mut()),
+    };
+    let (newp, newlen) = match new {
+        Some(n) => (
+            n as *const N as *mut std::ffi::c_void,
+            std::mem::size_of::<N>(),
+        ),
+        None => (std::ptr::null_mut(), 0),
+    };
+    // SAFETY: `name` is NUL-terminated; `old`/`new` point to live values of the type the named
+    // control reads or writes (u32 for arenas.narenas, ssize_t for the decays, none for purge),
+    // with their sizes.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(name.as_ptr(), oldp, oldlenp, newp, newlen);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anonymous_resident_memory_grows_with_what_the_process_touches() {
+        let before = anonymous_resident().expect("statm");
+        let block = vec![1u8; 64 << 20];
+        let during = anonymous_resident().expect("statm");
+        assert!(
+            during >= before + (48 << 20),
+            "64 MiB touched: {before} -> {during}"
+        );
+        drop(block);
+    }
+}
