@@ -190,45 +190,48 @@ fn sigint_on_bench_removes_its_scratch_data() {
     );
 }
 
+/// Runs `bench engine` E1 on fern-tree alone with `keys` keys and the `variant` value kind,
+/// its task inside a `cap_mib` memory cgroup; returns the report and the task's cap note. `None`
+/// when cgroup v1 is not usable here (skipped as CI allows).
+fn capped_e1(
+    keys: &str,
+    budget_mib: &str,
+    cap_mib: &str,
+    variant: &str,
+) -> Option<(String, String)> {
+    let memcg = fern_bench::memcap::MemCap::usable();
+    if fern_testkit::skipped(fern_testkit::Need::Tools, memcg) {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = fernfs()
+        .args(["bench", "engine", "--workloads", "E1", "--reps", "1"])
+        .args(["--keys", keys, "--budget-mib", budget_mib])
+        .args(["--mem-cap-mib", cap_mib, "--no-drop-caches"])
+        .args(["--systems", "fern-tree", "--variants", variant, "--dir"])
+        .arg(dir.path().join("scratch"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    let note = report
+        .lines()
+        .find(|l| l.contains("fern-tree: memory cgroup peak"))
+        .unwrap_or_else(|| panic!("no cap note: {report}"))
+        .to_string();
+    Some((report, note))
+}
+
 /// `bench engine --mem-cap-mib` runs each engine's task inside a cgroup memory limit and reports
 /// what the task charged to it: the report names the cap, and each task's note shows a peak
 /// under the cap (the task process joined the cgroup: its memory and page cache count) and no
 /// OOM kill.
 #[test]
 fn bench_engine_holds_each_task_in_its_memory_cap() {
-    let memcg = fern_bench::memcap::MemCap::usable();
-    if fern_testkit::skipped(fern_testkit::Need::Tools, memcg) {
+    let Some((report, note)) = capped_e1("100000", "16", "48", "text") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = fernfs()
-        .args(["bench", "engine", "--workloads", "E1", "--reps", "1"])
-        .args([
-            "--keys",
-            "100000",
-            "--budget-mib",
-            "16",
-            "--mem-cap-mib",
-            "48",
-        ])
-        .args([
-            "--no-drop-caches",
-            "--systems",
-            "fern-tree",
-            "--variants",
-            "text",
-        ])
-        .arg("--dir")
-        .arg(dir.path().join("scratch"))
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{out:?}");
+    };
     assert!(report.contains("memory cap: 48 MiB per task"), "{report}");
-    let note = report
-        .lines()
-        .find(|l| l.contains("fern-tree: memory cgroup peak"))
-        .unwrap_or_else(|| panic!("no cap note: {report}"));
     let peak: f64 = note
         .split("peak ")
         .nth(1)
@@ -246,32 +249,9 @@ fn bench_engine_holds_each_task_in_its_memory_cap() {
 /// (memory.rs), fern-tree was OOM-killed at 32 MiB under a 32 MiB limit (BENCHMARKS.md).
 #[test]
 fn fern_tree_outlives_a_memory_cap_equal_to_its_budget() {
-    let memcg = fern_bench::memcap::MemCap::usable();
-    if fern_testkit::skipped(fern_testkit::Need::Tools, memcg) {
+    let Some((report, note)) = capped_e1("600000", "32", "32", "incompressible") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = fernfs()
-        .args(["bench", "engine", "--workloads", "E1", "--reps", "1"])
-        .args([
-            "--keys",
-            "600000",
-            "--budget-mib",
-            "32",
-            "--mem-cap-mib",
-            "32",
-        ])
-        .args(["--no-drop-caches", "--systems", "fern-tree"])
-        .args(["--variants", "incompressible", "--dir"])
-        .arg(dir.path().join("scratch"))
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{out:?}");
-    let note = report
-        .lines()
-        .find(|l| l.contains("fern-tree: memory cgroup peak"))
-        .unwrap_or_else(|| panic!("no cap note: {report}"));
+    };
     assert!(note.ends_with("0 processes OOM-killed"), "{note}");
     assert!(report.contains("| E1 | overall"), "{report}");
 }
