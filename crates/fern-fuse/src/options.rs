@@ -74,6 +74,11 @@ pub struct MountOptions {
     /// Store cache size in bytes (`cache_size=BYTES`, suffixes k/m/g); used by whoever opens
     /// the store, not by the adapter.
     pub cache_size: Option<u64>,
+    /// The daemon's whole memory in bytes (`memory=BYTES`, suffixes k/m/g): what a cgroup
+    /// limit would count. Whoever opens the store sizes its cache inside it (unless
+    /// `cache_size` is given) and keeps the process under it; by default the daemon's cgroup
+    /// limit, if it has one. Not used by the adapter.
+    pub memory: Option<u64>,
     /// When reads update atime (`relatime`, the default; `strictatime`; `noatime`; and
     /// `nodiratime`). FUSE leaves atime to the file system (the kernel marks FUSE inodes
     /// S_NOATIME), so this goes to fern-fs (`Fs::set_atime_policy`); the kernel mount gets the
@@ -172,6 +177,7 @@ impl Default for MountOptions {
             max_write: 1 << 20,
             read_ahead: 1 << 20,
             cache_size: None,
+            memory: None,
             atime: AtimePolicy::default(),
             passthrough: Vec::new(),
             log: None,
@@ -271,6 +277,7 @@ impl MountOptions {
                     self.read_ahead = n as u32;
                 }
                 "cache_size" => self.cache_size = Some(num(val)?),
+                "memory" => self.memory = Some(num(val)?),
                 // mount(8): `atime` and `norelatime` mean "the default" and "not relatime";
                 // the kernel's default is relatime, and "not relatime" is strict.
                 "relatime" | "atime" => self.atime.mode = AtimeMode::Relatime,
@@ -340,6 +347,9 @@ impl MountOptions {
         v.push(format!("read_ahead={}", self.read_ahead));
         if let Some(c) = self.cache_size {
             v.push(format!("cache_size={c}"));
+        }
+        if let Some(m) = self.memory {
+            v.push(format!("memory={m}"));
         }
         v.push(
             match self.atime.mode {
@@ -449,7 +459,7 @@ mod tests {
     fn parses_and_round_trips() {
         let mut o = MountOptions::default();
         o.parse_into(
-            "ro,allow_other,threads=8,cache_size=64M,attr_timeout=0.5,noatime,nodiratime,defaults,\
+            "ro,allow_other,threads=8,cache_size=64M,memory=96M,attr_timeout=0.5,noatime,nodiratime,defaults,\
              writeback_cache,negative_timeout=0,transport=dev,enable_uring",
         )
         .unwrap();
@@ -460,6 +470,7 @@ mod tests {
         assert_eq!(o.negative_ttl, Duration::ZERO);
         assert_eq!(o.threads, 8);
         assert_eq!(o.cache_size, Some(64 << 20));
+        assert_eq!(o.memory, Some(96 << 20));
         assert_eq!(o.attr_ttl, Duration::from_millis(500));
         assert_eq!(
             o.atime,

@@ -53,6 +53,54 @@ pub fn govern(budget: u64) {
     }
 }
 
+/// The memory limit of this process's cgroup: the tightest of its own and its ancestors'
+/// (cgroup v1 `memory.limit_in_bytes`, v2 `memory.max`), or `None` when there is none (v1
+/// reports "no limit" as a number near 2^63; anything at or above physical memory is none).
+pub fn cgroup_limit() -> Option<u64> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let ram = physical_memory();
+    let mut tightest: Option<u64> = None;
+    for line in cgroups.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        let (root, file) = if controllers.split(',').any(|c| c == "memory") {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        } else if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max") // the v2 hierarchy
+        } else {
+            continue;
+        };
+        // The cgroup itself, then each ancestor up to the root.
+        let mut dir = std::path::PathBuf::from(format!("{root}{path}"));
+        loop {
+            let limit = std::fs::read_to_string(dir.join(file))
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok()) // "max" (v2): no limit
+                .filter(|&l| ram.is_none_or(|r| l < r));
+            if let Some(l) = limit {
+                tightest = Some(tightest.map_or(l, |t| t.min(l)));
+            }
+            if dir.as_os_str().len() <= root.len() || !dir.pop() {
+                break;
+            }
+        }
+    }
+    tightest
+}
+
+/// Physical memory in bytes, if known.
+fn physical_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib << 10)
+}
+
 /// The process's anonymous resident memory in bytes (resident minus file-backed, statm).
 pub fn anonymous_resident() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;

@@ -212,6 +212,13 @@ fn run_child(
 pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
     posix::ignore_interrupts();
     join_cgroup_from_env()?;
+    // The task's budget is its cgroup's limit (the library target's engine runs in here).
+    if let Some(cap) = std::env::var_os(CGROUP_ENV)
+        .and_then(|p| std::fs::read_to_string(Path::new(&p).join("memory.limit_in_bytes")).ok())
+        .and_then(|l| l.trim().parse().ok())
+    {
+        crate::memcap::govern_memory(cap);
+    }
     let spec: FsTaskSpec = serde_json::from_str(spec_json)?;
     let output = workloads::run_task(&spec)?;
     std::fs::write(out, serde_json::to_string(&output)?)?;

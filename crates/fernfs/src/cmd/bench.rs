@@ -215,12 +215,12 @@ pub struct FsArgs {
     #[arg(long)]
     pub no_pin: bool,
     /// Memory cap, MiB: a cgroup v1 memory limit holding each task with its FUSE daemon and
-    /// programs (needs root); fernfs's node cache is set to the same budget.
+    /// programs (needs root); it is fernfs's budget, its node cache sized inside it.
     #[arg(long)]
     pub mem_cap_mib: Option<u64>,
-    /// fernfs's node cache, MiB (fernfs-lib and the fernfs-fuse daemon; default 128, or the
-    /// memory cap when one is given). Below the cap it leaves room for the rest of the
-    /// process; the report says when it differs from the cap.
+    /// fernfs's node cache, MiB (fernfs-lib and the fernfs-fuse daemon; default 128, or under a
+    /// memory cap the cache `fern_tree::cache_within_memory` gives the cap: three quarters, at
+    /// least 12 MiB left). The report says when it differs from that.
     #[arg(long)]
     pub cache_mib: Option<u64>,
     /// Write SVG plots into this directory: each figure per system, every system relative to
@@ -253,8 +253,12 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
         sizes.unlink_bytes = m.max(1) << 20;
     }
     if let Some(m) = a.mem_cap_mib {
-        // docs/workloads.md: under a memory cap the engine's own cache gets the same budget.
-        sizes.fern_cache_bytes = m.max(16) << 20;
+        // docs/workloads.md: under a memory cap the cap is the budget, and fernfs's node cache
+        // is sized inside it (design.md §2.5, "One memory budget").
+        sizes.fern_cache_bytes = fern_tree::cache_within_memory(
+            (m.max(16) << 20) as usize,
+            fern_tree::Options::default().node_bytes,
+        ) as u64;
     }
     if let Some(c) = a.cache_mib {
         if c == 0 {

@@ -49,6 +49,7 @@ pub struct MountArgs {
     pub foreground: bool,
     /// Mount options, comma-separated, mount(8)-style: ro, rw, allow_other,
     /// default_permissions, writeback_cache, threads=N, cache_size=SIZE (e.g. 256M),
+    /// memory=SIZE (the daemon's whole budget; default its cgroup's memory limit, if any),
     /// entry_timeout=SECS, attr_timeout=SECS, max_write=BYTES, fsname=NAME,
     /// compression=zstd|zstd-N|lz4|none (an image file: new partitions use it from now on, and
     /// the image remembers it); other options (noatime, nodev, ...) go to the kernel.
@@ -165,7 +166,7 @@ fn foreground(
     if let Some(url) = super::etcd::url(target) {
         return foreground_etcd(url, mp, opts, notify, &log_place);
     }
-    let cache = opts.cache_size.unwrap_or(DEFAULT_CACHE);
+    let cache = memory_plan(&opts);
     let image =
         Image::open_changing(target, cache, Access::ReadWrite, compression).inspect_err(|e| {
             log::error!("mount {} on {}: {e}", target.display(), mp.display());
@@ -209,6 +210,37 @@ fn foreground(
         }
     }
     Ok(())
+}
+
+/// The node cache of a mount, and its memory governor: with a budget (`-o memory=`, else the
+/// daemon's cgroup limit) the cache is sized inside it (unless `cache_size` says otherwise) and
+/// the governor keeps the allocator's freed pages under it (memory.rs); without one, the
+/// default cache and no governor.
+fn memory_plan(opts: &MountOptions) -> u64 {
+    let (budget, from) = match opts.memory {
+        Some(m) => (Some(m), "-o memory"),
+        None => (crate::memory::cgroup_limit(), "the cgroup's limit"),
+    };
+    let cache = match (opts.cache_size, budget) {
+        (Some(c), _) => c,
+        (None, Some(b)) => fern_tree::cache_within_memory(
+            usize::try_from(b).unwrap_or(usize::MAX),
+            fern_tree::Options::default().node_bytes,
+        ) as u64,
+        (None, None) => DEFAULT_CACHE,
+    };
+    match budget {
+        Some(b) => {
+            crate::memory::govern(b);
+            log::info!(
+                "memory budget {} MiB ({from}): node cache {} MiB",
+                b >> 20,
+                cache >> 20
+            );
+        }
+        None => log::info!("no memory budget: node cache {} MiB", cache >> 20),
+    }
+    cache
 }
 
 /// Serves `fs` on `mp` until unmounted or signalled, reporting readiness (on stdout to the
