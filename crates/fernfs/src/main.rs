@@ -59,6 +59,7 @@ enum Command {
 /// in postmark). jemalloc reuses freed pages and returns them after a second of disuse
 /// (docs/BENCHMARKS.md, "The binary on jemalloc": E1 CPU -17 %, postmark daemon CPU -19 %, peak
 /// resident memory of E1 at the glibc figure).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -68,6 +69,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[allow(unsafe_code)]
 // jemalloc reads this symbol by name; nothing else can set its options
 // SAFETY: a thin pointer to a NUL-terminated static string, which is what jemalloc reads.
+#[cfg(not(feature = "system-alloc"))]
 #[export_name = "_rjem_malloc_conf"]
 pub static JEMALLOC_CONF: &u8 = &b"narenas:1,dirty_decay_ms:1000\0"[0];
 
