@@ -73,10 +73,22 @@ pub enum Durability {
 /// How every engine is configured: the same memory budget for all.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EngineConfig {
-    /// Memory budget in bytes: the node/page/block cache plus write buffers (memtables).
+    /// Memory budget in bytes: the whole task process's (docs/workloads.md rule 4); the
+    /// engine's caches and write buffers take [`EngineConfig::cache_bytes`] of it.
     pub budget_bytes: u64,
     /// When writes become durable.
     pub durability: Durability,
+}
+
+impl EngineConfig {
+    /// What an engine's own caches and write buffers (node, page or block cache, memtables)
+    /// may take of the budget: the rest is for what no engine counts — allocator slack, the
+    /// page cache, the program — so that a process fits a cgroup limit equal to its budget.
+    /// One rule for every engine, fern-tree's (`fern_tree::cache_within_memory`: three
+    /// quarters, at least 12 MiB left).
+    pub fn cache_bytes(&self) -> u64 {
+        fern_tree::cache_within_memory(self.budget_bytes as usize, 1 << 20) as u64
+    }
 }
 
 /// Whether to make a fresh database or open the one a previous engine closed.

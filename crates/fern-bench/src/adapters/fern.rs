@@ -2,7 +2,8 @@
 //!
 //! Budget: the budget is the process's whole memory; the node cache (`Options::cache_bytes`, a
 //! hard bound on everything node-sized the engine holds) is sized inside it by
-//! `fern_tree::cache_within_memory` (three quarters of it, leaving at least 12 MiB). The log
+//! `EngineConfig::cache_bytes`, the rule for every engine (three quarters of it, leaving at
+//! least 12 MiB). The log
 //! region is four budgets (at least the default 256 MiB): a checkpoint runs every quarter of
 //! it and writes every dirty node, up to a whole cache, so a region of 256 MiB under a 256 MiB
 //! cache rewrote up to four bytes of nodes per logged byte (docs/design.md §2.6). The region is
@@ -49,11 +50,6 @@ fn add_u64(_key: &[u8], old: Option<&[u8]>, arg: &[u8]) -> Option<Vec<u8>> {
     Some(sum.to_le_bytes().to_vec())
 }
 
-/// The node cache inside a budget of `budget` bytes (see the module comment).
-fn cache_bytes_for(budget: u64) -> usize {
-    fern_tree::cache_within_memory(budget as usize, Options::default().node_bytes)
-}
-
 /// The log region for a cache of `budget` bytes (see the module comment).
 fn log_bytes_for(budget: u64) -> u64 {
     let default = Options::default().log_bytes;
@@ -66,7 +62,7 @@ impl FernEngine {
     pub fn open(dir: &Path, cfg: &EngineConfig, mode: OpenMode) -> Result<Self> {
         let path = dir.join("fern.img");
         let mut opts = Options {
-            cache_bytes: cache_bytes_for(cfg.budget_bytes),
+            cache_bytes: cfg.cache_bytes() as usize,
             log_bytes: log_bytes_for(cfg.budget_bytes),
             durability: match cfg.durability {
                 Durability::Deferred => FernDurability::Buffered,
@@ -135,7 +131,7 @@ impl Engine for FernEngine {
     fn describe(&self) -> String {
         format!(
             "node cache {} MiB of the {} MiB budget, {}, native upserts and range delete{}",
-            mib(cache_bytes_for(self.cfg.budget_bytes) as u64),
+            mib(self.cfg.cache_bytes()),
             mib(self.cfg.budget_bytes),
             Compression::DEFAULT,
             if self.cfg.durability == Durability::PerBatch {

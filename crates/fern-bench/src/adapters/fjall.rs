@@ -1,7 +1,7 @@
 //! fjall (LSM-tree in Rust) as a key-value engine: one keyspace.
 //!
-//! Budget: three quarters to the block cache (`Database::builder().cache_size`), one quarter to
-//! the memtable (`max_memtable_size`); LZ4 data blocks (fjall's default). Deferred durability
+//! Budget: of the caches' share (`EngineConfig::cache_bytes`), three quarters to the block cache
+//! (`Database::builder().cache_size`), one quarter to the memtable (`max_memtable_size`); LZ4 data blocks (fjall's default). Deferred durability
 //! commits batches without persisting (the journal is buffered) and `sync` persists with
 //! `PersistMode::SyncAll`. Upserts are read-modify-write per batch: each key is read once
 //! (pending deltas of the same batch are folded in memory, which is what a transaction that
@@ -42,10 +42,10 @@ impl FjallEngine {
             return Err(BenchError::Usage(format!("{} exists", path.display())));
         }
         let db = Database::builder(&path)
-            .cache_size(cfg.budget_bytes / 4 * 3)
+            .cache_size(cfg.cache_bytes() / 4 * 3)
             .open()
             .map_err(err)?;
-        let memtable = (cfg.budget_bytes / 4).max(1 << 20);
+        let memtable = (cfg.cache_bytes() / 4).max(1 << 20);
         let ks = db
             .keyspace("kv", || {
                 KeyspaceCreateOptions::default().max_memtable_size(memtable)
@@ -100,8 +100,8 @@ impl Engine for FjallEngine {
     fn describe(&self) -> String {
         format!(
             "block cache {} MiB + memtable {} MiB, lz4, {}",
-            mib(self.cfg.budget_bytes / 4 * 3),
-            mib(self.cfg.budget_bytes / 4),
+            mib(self.cfg.cache_bytes() / 4 * 3),
+            mib(self.cfg.cache_bytes() / 4),
             if self.cfg.durability == Durability::Deferred {
                 "batches not persisted, SyncAll at sync"
             } else {

@@ -1,12 +1,12 @@
 //! redb (copy-on-write B-tree) as a key-value engine: one `&[u8] -> &[u8]` table.
 //!
-//! Budget: the whole budget is redb's page cache (`Builder::set_cache_size`). Deferred
-//! durability commits each batch with `Durability::None` and makes it durable with one
-//! `Durability::Immediate` commit at `sync`, as redb recommends for bulk loads. Upserts are
-//! read-modify-write in the batch's write transaction (reads see its own writes). Range delete
-//! is redb's `retain_in(lo..hi, |_, _| false)` in one transaction. E9: every thread commits
-//! through a shared `Arc<Database>` with `Durability::Immediate`; redb runs one write
-//! transaction at a time, so concurrent commits serialize (each pays its own fsync).
+//! Budget: the caches' share of it (`EngineConfig::cache_bytes`) is redb's page cache
+//! (`Builder::set_cache_size`). Deferred durability commits each batch with `Durability::None` and
+//! makes it durable with one `Durability::Immediate` commit at `sync`, as redb recommends for bulk
+//! loads. Upserts are read-modify-write in the batch's write transaction (reads see its own
+//! writes). Range delete is redb's `retain_in(lo..hi, |_, _| false)` in one transaction. E9: every
+//! thread commits through a shared `Arc<Database>` with `Durability::Immediate`; redb runs one
+//! write transaction at a time, so concurrent commits serialize (each pays its own fsync).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ impl RedbEngine {
             return Err(BenchError::Usage(format!("{} exists", path.display())));
         }
         let db = Database::builder()
-            .set_cache_size(cfg.budget_bytes as usize)
+            .set_cache_size(cfg.cache_bytes() as usize)
             .create(&path)
             .map_err(err)?;
         let w = db.begin_write().map_err(err)?;
@@ -109,7 +109,7 @@ impl Engine for RedbEngine {
     fn describe(&self) -> String {
         format!(
             "cache {} MiB, batches committed with Durability::{}",
-            mib(self.cfg.budget_bytes),
+            mib(self.cfg.cache_bytes()),
             if self.cfg.durability == Durability::Deferred {
                 "None (Immediate at sync)"
             } else {

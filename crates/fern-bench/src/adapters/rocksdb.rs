@@ -1,15 +1,16 @@
 //! RocksDB (the reference LSM-tree) as a key-value engine: the default column family.
 //!
-//! NOT compiled in the session that wrote it (its C++ build takes ~10 minutes on 2 cores):
-//! written against the `rocksdb` 0.25 crate API; build with `--features rocksdb`.
+//! NOT compiled in the session that wrote it (its C++ build takes ~10 minutes on 2 cores): written
+//! against the `rocksdb` 0.25 crate API; build with `--features rocksdb`.
 //!
-//! Budget: half to the LRU block cache (index and filter blocks charged to it too), half to
-//! all memtables together (`db_write_buffer_size`, a write buffer manager), with
-//! `write_buffer_size` a quarter of that so a flush can run while the next memtable fills.
-//! Options recommended for bulk random inserts: `increase_parallelism`, dynamic level bytes,
-//! 10-bit bloom filters, LZ4 (as fern-tree). Deferred durability writes the WAL without sync
-//! and `sync` flushes the memtables and syncs the WAL. Upserts are native: an associative
-//! merge operator adding u64 counters. Range delete is native: `DeleteRange` in a write batch.
+//! Budget: of the caches' share (`EngineConfig::cache_bytes`), half to the LRU block cache (index
+//! and filter blocks charged to it too), half to all memtables together (`db_write_buffer_size`, a
+//! write buffer manager), with `write_buffer_size` a quarter of that so a flush can run while the
+//! next memtable fills. Options recommended for bulk random inserts: `increase_parallelism`,
+//! dynamic level bytes, 10-bit bloom filters, LZ4 (as fern-tree). Deferred durability writes the
+//! WAL without sync and `sync` flushes the memtables and syncs the WAL. Upserts are native: an
+//! associative merge operator adding u64 counters. Range delete is native: `DeleteRange` in a write
+//! batch.
 
 use std::path::Path;
 
@@ -47,7 +48,7 @@ impl RocksdbEngine {
     /// Opens the database directory `dir/rocksdb`.
     pub fn open(dir: &Path, cfg: &EngineConfig, mode: OpenMode) -> Result<Self> {
         let path = dir.join("rocksdb");
-        let budget = cfg.budget_bytes as usize;
+        let budget = cfg.cache_bytes() as usize;
         let cache = Cache::new_lru_cache(budget / 2);
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
@@ -90,8 +91,8 @@ impl Engine for RocksdbEngine {
         format!(
             "block cache {} MiB + memtables {} MiB (write buffer manager), lz4, bloom 10 bits, \
              merge operator for upserts, DeleteRange, WAL {}",
-            mib(self.cfg.budget_bytes / 2),
-            mib(self.cfg.budget_bytes / 2),
+            mib(self.cfg.cache_bytes() / 2),
+            mib(self.cfg.cache_bytes() / 2),
             if self.cfg.durability == Durability::Deferred {
                 "not synced per batch"
             } else {

@@ -1,13 +1,13 @@
-//! SQLite (rusqlite, bundled) as a key-value engine: one `WITHOUT ROWID` table keyed by the
-//! key blob, WAL mode, `synchronous=NORMAL` for deferred durability (FULL for per-batch).
+//! SQLite (rusqlite, bundled) as a key-value engine: one `WITHOUT ROWID` table keyed by the key
+//! blob, WAL mode, `synchronous=NORMAL` for deferred durability (FULL for per-batch).
 //!
-//! Budget: the whole budget is the page cache (`cache_size`); memory-mapped I/O stays off so
-//! the OS page cache is not used as a second, unbounded cache. Upserts are read-modify-write
-//! (`INSERT ... ON CONFLICT DO UPDATE SET v = v + ?` cannot add to an 8-byte LE blob, so we
-//! read, add and write inside the batch's transaction). Range delete is one
+//! Budget: the caches' share of it (`EngineConfig::cache_bytes`) is the page cache (`cache_size`);
+//! memory-mapped I/O stays off so the OS page cache is not used as a second, unbounded cache.
+//! Upserts are read-modify-write (`INSERT ... ON CONFLICT DO UPDATE SET v = v + ?` cannot add to an
+//! 8-byte LE blob, so we read, add and write inside the batch's transaction). Range delete is one
 //! `DELETE ... WHERE k >= ? AND k < ?` statement. E9: one connection per thread
-//! (`synchronous=FULL`, a busy timeout), each commit a `BEGIN IMMEDIATE` transaction; SQLite
-//! admits one writer at a time, so the commits serialize.
+//! (`synchronous=FULL`, a busy timeout), each commit a `BEGIN IMMEDIATE` transaction; SQLite admits
+//! one writer at a time, so the commits serialize.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,7 +51,7 @@ fn configure(conn: &Connection, cfg: &EngineConfig) -> Result<()> {
         Durability::PerBatch => "FULL",
     };
     // A negative cache_size is in KiB.
-    let kib = cfg.budget_bytes / 1024;
+    let kib = cfg.cache_bytes() / 1024;
     conn.execute_batch(&format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA cache_size=-{kib}; \
          PRAGMA mmap_size=0; PRAGMA temp_store=MEMORY;"
@@ -121,7 +121,7 @@ impl Engine for SqliteEngine {
             } else {
                 "FULL"
             },
-            mib(self.cfg.budget_bytes)
+            mib(self.cfg.cache_bytes())
         )
     }
 
