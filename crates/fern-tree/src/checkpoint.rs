@@ -184,8 +184,7 @@ impl Env {
         let written = (|| {
             let mut locs = Vec::with_capacity(snapshot.len());
             for n in snapshot {
-                let bytes = n.encode(i.shape.compression);
-                let _counted = i.cache.charged(bytes.capacity());
+                let bytes = i.cache.encode(&n, i.shape.compression);
                 i.counters.node_written(WriteCause::Checkpoint, bytes.len());
                 let len = u32::try_from(bytes.len()).map_err(|_| {
                     Error::InvalidArgument(format!("node {} block over 4 GiB", n.id))

@@ -302,7 +302,10 @@ impl Node {
     }
 
     /// Encodes the whole node as a block. Every partition must be loaded (invariant N6).
-    pub(crate) fn encode(&self, comp: Compression) -> Vec<u8> {
+    ///
+    /// Encodes into `out`'s memory (its contents are replaced): the cache hands node writes a
+    /// buffer it keeps between them (`Cache::encode`).
+    pub(crate) fn encode_into(&self, comp: Compression, mut out: Vec<u8>) -> Vec<u8> {
         let pivots = self.pivots();
         let (kind, version) = match &self.body {
             Body::Leaf { .. } => (KIND_LEAF, NODE_VERSION_1),
@@ -337,7 +340,8 @@ impl Node {
             header_len += crate::varint::varint_len(p.len() as u64) + p.len();
         }
         let frames_base = PREFIX_LEN + header_len;
-        let mut out = Vec::with_capacity(frames_base + self.payload_bytes() + nparts * 64 + 64);
+        out.clear();
+        out.reserve(frames_base + self.payload_bytes() + nparts * 64 + 64);
         out.resize(frames_base, 0);
         let mut frames: Vec<(u32, u32)> = Vec::with_capacity(nparts);
         let mut raw = Vec::new();

@@ -74,8 +74,7 @@ impl Inner {
             (self.cache.used_bytes() as usize).saturating_sub(self.cache.limit() / 10 * CLEAN_FROM);
         self.counters.writeback_round();
         for n in self.cache.dirty_leaves(over) {
-            let bytes = n.encode(self.shape.compression);
-            let _counted = self.cache.charged(bytes.capacity());
+            let bytes = self.cache.encode(&n, self.shape.compression);
             let _st = self.state.read();
             let _one = self.cache.writeback_lock();
             if self.closed.load(Ordering::SeqCst) || self.poisoned.lock().is_some() {

@@ -157,8 +157,7 @@ impl Ctx<'_> {
 
     /// Writes a node to a fresh block (copy-on-write); it stays cached, now clean.
     pub(crate) fn write_node(&self, node: &Node, cause: WriteCause) -> Result<()> {
-        let bytes = node.encode(self.shape.compression);
-        let _counted = self.cache.charged(bytes.capacity());
+        let bytes = self.cache.encode(node, self.shape.compression);
         self.write_encoded(node, &bytes, cause)
     }
 
