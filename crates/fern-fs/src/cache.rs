@@ -275,17 +275,64 @@ const MAX_NAME_HINTS: usize = 1 << 16;
 const MAX_NAMES_PER_DIR: usize = 100_000;
 /// Most directories tracked at once.
 const MAX_DIRS: usize = 4096;
+/// Memory a remembered name is counted at besides its bytes: its `Vec` (24), its slot in the
+/// set's table with the table's slack (~16) and the allocation's rounding (~8).
+const NAME_OVERHEAD: usize = 48;
+/// Default bound on the name sets' memory ([`NameCache::set_max_bytes`]): 32 MiB, about
+/// 400,000 names of 32 bytes.
+pub const DEFAULT_NAME_BYTES: usize = 32 << 20;
 
 /// Complete name sets of directories this mount created (so it has seen every name in them).
 /// A name absent from a complete set does not exist; that answers the kernel's lookup before a
 /// create and the create's own existence check without a read. Sound only because one mount is
 /// the only writer of its store (docs/fs-design.md, "single writer"): off on a shared store,
 /// where another mount may add a name to a directory this one created.
+///
+/// Bounded in memory as well as in count: past `max_bytes` the largest set is forgotten
+/// (forgetting a set only costs reads later, never correctness), so a mount inside a memory
+/// budget (`-o memory=`) does not grow with the files it creates.
 #[derive(Default)]
 pub struct NameCache {
-    dirs: Mutex<HashMap<InodeId, HashSet<Vec<u8>>>>,
+    dirs: Mutex<NameSets>,
     /// Never complete: every existence question is read from the store.
     off: bool,
+}
+
+#[derive(Default)]
+struct NameSets {
+    /// Each tracked directory's names and the bytes they are counted at.
+    sets: HashMap<InodeId, (HashSet<Vec<u8>>, usize)>,
+    /// Sum of the sets' bytes.
+    bytes: usize,
+    /// Bound on `bytes`; 0: [`DEFAULT_NAME_BYTES`].
+    max_bytes: usize,
+}
+
+impl NameSets {
+    fn forget(&mut self, dir: InodeId) {
+        if let Some((_, b)) = self.sets.remove(&dir) {
+            self.bytes -= b;
+        }
+    }
+
+    /// Forgets the largest sets until the bound holds.
+    fn shrink(&mut self) {
+        let max = match self.max_bytes {
+            0 => DEFAULT_NAME_BYTES,
+            m => m,
+        };
+        while self.bytes > max {
+            let Some(victim) = self
+                .sets
+                .iter()
+                .max_by_key(|(_, (_, b))| *b)
+                .map(|(d, _)| *d)
+            else {
+                break;
+            };
+            self.forget(victim);
+        }
+    }
 }
 
 impl NameCache {
@@ -297,53 +344,88 @@ impl NameCache {
         }
     }
 
+    /// Bounds the memory of the name sets (default [`DEFAULT_NAME_BYTES`]); forgets the
+    /// largest sets at once if they are over it.
+    pub fn set_max_bytes(&self, bytes: usize) {
+        let mut d = self.dirs.lock();
+        d.max_bytes = bytes.max(1);
+        d.shrink();
+    }
+
+    /// Memory the name sets are counted at.
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.dirs.lock().bytes
+    }
+
     /// `dir` was just created: it is complete and empty.
     pub fn new_dir(&self, dir: InodeId) {
         if self.off {
             return;
         }
         let mut d = self.dirs.lock();
-        if d.len() >= MAX_DIRS {
+        if d.sets.len() >= MAX_DIRS {
             // Forgetting a directory only costs reads later, never correctness.
-            if let Some(victim) = d.keys().next().copied() {
-                d.remove(&victim);
+            if let Some(victim) = d.sets.keys().next().copied() {
+                d.forget(victim);
             }
         }
-        d.insert(dir, HashSet::new());
+        d.forget(dir);
+        d.sets.insert(dir, (HashSet::new(), 0));
     }
 
     /// `Some(exists)` when `dir` is complete, `None` when unknown.
     pub fn contains(&self, dir: InodeId, name: &[u8]) -> Option<bool> {
-        self.dirs.lock().get(&dir).map(|names| names.contains(name))
+        self.dirs
+            .lock()
+            .sets
+            .get(&dir)
+            .map(|(names, _)| names.contains(name))
     }
 
     /// `Some(true)` when `dir` is complete and holds no name, `None` when unknown.
     pub fn is_empty(&self, dir: InodeId) -> Option<bool> {
-        self.dirs.lock().get(&dir).map(|names| names.is_empty())
+        self.dirs
+            .lock()
+            .sets
+            .get(&dir)
+            .map(|(names, _)| names.is_empty())
     }
 
     /// `name` now exists in `dir`.
     pub fn insert(&self, dir: InodeId, name: &[u8]) {
         let mut d = self.dirs.lock();
-        if let Some(names) = d.get_mut(&dir) {
-            if names.len() >= MAX_NAMES_PER_DIR {
-                d.remove(&dir);
-            } else {
-                names.insert(name.to_vec());
-            }
+        let Some((names, bytes)) = d.sets.get_mut(&dir) else {
+            return;
+        };
+        if names.len() >= MAX_NAMES_PER_DIR {
+            d.forget(dir);
+            return;
+        }
+        if names.insert(name.to_vec()) {
+            let b = name.len() + NAME_OVERHEAD;
+            *bytes += b;
+            d.bytes += b;
+            d.shrink();
         }
     }
 
     /// `name` no longer exists in `dir`.
     pub fn remove(&self, dir: InodeId, name: &[u8]) {
-        if let Some(names) = self.dirs.lock().get_mut(&dir) {
-            names.remove(name);
+        let mut d = self.dirs.lock();
+        let Some((names, bytes)) = d.sets.get_mut(&dir) else {
+            return;
+        };
+        if names.remove(name) {
+            let b = name.len() + NAME_OVERHEAD;
+            *bytes -= b;
+            d.bytes -= b;
         }
     }
 
     /// `dir` was removed.
     pub fn drop_dir(&self, dir: InodeId) {
-        self.dirs.lock().remove(&dir);
+        self.dirs.lock().forget(dir);
     }
 }
 
@@ -398,5 +480,56 @@ impl DirEntries {
     /// `name` in `parent` was removed or now names something else.
     pub fn forget(&self, parent: InodeId, name: &[u8]) {
         self.map.lock().remove(&(parent, name.to_vec()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| format!("file-{i:010}").into_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn name_sets_stay_inside_their_byte_bound_by_forgetting_the_largest() {
+        let c = NameCache::new(false);
+        let (small, big) = (InodeId(10), InodeId(11));
+        c.new_dir(small);
+        c.new_dir(big);
+        for n in names(10) {
+            c.insert(small, &n);
+        }
+        for n in names(1000) {
+            c.insert(big, &n);
+        }
+        let per = 15 + NAME_OVERHEAD;
+        assert_eq!(c.bytes(), 1010 * per);
+        // A bound below both: the largest set goes, the small one stays complete.
+        c.set_max_bytes(500 * per);
+        assert_eq!(
+            c.contains(big, b"file-0000000001"),
+            None,
+            "forgotten: ask the store"
+        );
+        assert_eq!(c.contains(small, b"file-0000000001"), Some(true));
+        assert_eq!(c.contains(small, b"absent"), Some(false));
+        assert_eq!(c.bytes(), 10 * per);
+        // Inserts past the bound forget again; removals and dropped directories give back.
+        c.new_dir(big);
+        for n in names(600) {
+            c.insert(big, &n);
+            assert!(c.bytes() <= 500 * per, "{}", c.bytes());
+        }
+        c.remove(small, b"file-0000000001");
+        assert_eq!(c.contains(small, b"file-0000000001"), Some(false));
+        c.drop_dir(small);
+        assert_eq!(c.contains(small, b"file-0000000002"), None);
+        assert_eq!(
+            c.bytes(),
+            c.dirs.lock().sets.values().map(|(_, b)| b).sum::<usize>()
+        );
     }
 }

@@ -170,6 +170,12 @@ impl Fs {
         Ok(())
     }
 
+    /// Bounds the memory of the directory name sets this mount remembers (`NameCache`;
+    /// default 32 MiB): a mount inside a memory budget gives them a share of it.
+    pub fn set_name_cache_bytes(&self, bytes: usize) {
+        self.names.set_max_bytes(bytes);
+    }
+
     /// Mounts the file system in `kv`, freeing the data of files that were unlinked while open
     /// when the previous mount stopped (nothing can hold them open any more). On a shared
     /// store, only those no live mount has registered as open (shared.rs).

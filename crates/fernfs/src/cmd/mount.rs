@@ -166,12 +166,16 @@ fn foreground(
     if let Some(url) = super::etcd::url(target) {
         return foreground_etcd(url, mp, opts, notify, &log_place);
     }
-    let cache = memory_plan(&opts);
+    let (cache, budget) = memory_plan(&opts);
     let image =
         Image::open_changing(target, cache, Access::ReadWrite, compression).inspect_err(|e| {
             log::error!("mount {} on {}: {e}", target.display(), mp.display());
         })?;
     let fs = image.fs()?;
+    if let Some(b) = budget {
+        // The name sets fern-fs remembers grow with the files created: an eighth of the budget.
+        fs.set_name_cache_bytes(usize::try_from(b / 8).unwrap_or(usize::MAX));
+    }
     opts.fsname = target.display().to_string();
     // The adapter answers the root's `fernfs.stats` xattr from here. A weak handle: the
     // image's close must find the store unshared to checkpoint and close it.
@@ -212,11 +216,11 @@ fn foreground(
     Ok(())
 }
 
-/// The node cache of a mount, and its memory governor: with a budget (`-o memory=`, else the
-/// daemon's cgroup limit) the cache is sized inside it (unless `cache_size` says otherwise) and
-/// the governor keeps the allocator's freed pages under it (memory.rs); without one, the
-/// default cache and no governor.
-fn memory_plan(opts: &MountOptions) -> u64 {
+/// The node cache of a mount and its memory budget, and its memory governor: with a budget
+/// (`-o memory=`, else the daemon's cgroup limit) the cache is sized inside it (unless
+/// `cache_size` says otherwise) and the governor keeps the allocator's freed pages under it
+/// (memory.rs); without one, the default cache and no governor.
+fn memory_plan(opts: &MountOptions) -> (u64, Option<u64>) {
     let (budget, from) = match opts.memory {
         Some(m) => (Some(m), "-o memory"),
         None => (crate::memory::cgroup_limit(), "the cgroup's limit"),
@@ -240,7 +244,7 @@ fn memory_plan(opts: &MountOptions) -> u64 {
         }
         None => log::info!("no memory budget: node cache {} MiB", cache >> 20),
     }
-    cache
+    (cache, budget)
 }
 
 /// Serves `fs` on `mp` until unmounted or signalled, reporting readiness (on stdout to the
