@@ -196,8 +196,12 @@ impl LocalEtcd {
 
     /// Freezes every member (SIGSTOP): they keep their connections but answer nothing, as a
     /// partitioned or overloaded cluster does. [`LocalEtcd::resume`] thaws them.
+    /// Returns once every thread of every member is stopped: `kill` only queues the signal, and
+    /// a thread still running on the other CPU could answer one more request (a frozen-server
+    /// test once read a value through a "frozen" member).
     pub fn pause(&self) -> std::io::Result<()> {
-        self.members.iter().try_for_each(|m| m.signal("STOP"))
+        self.members.iter().try_for_each(|m| m.signal("STOP"))?;
+        self.members.iter().try_for_each(Member::wait_stopped)
     }
 
     /// Thaws paused members (SIGCONT).
@@ -350,6 +354,34 @@ impl Member {
             "etcd on {} not healthy after {READY_TIMEOUT:?}; log tail:\n{tail}",
             self.endpoint
         )))
+    }
+
+    /// Waits (up to 5 s) until every thread of the member's process is stopped (state `T` in
+    /// /proc/PID/task/*/stat).
+    fn wait_stopped(&self) -> std::io::Result<()> {
+        let pid = std::fs::read_to_string(self.dir.join("etcd.pid"))?;
+        let tasks = format!("/proc/{}/task", pid.trim());
+        let start = Instant::now();
+        loop {
+            let all_stopped = std::fs::read_dir(&tasks)?.flatten().all(|t| {
+                std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                    // "pid (comm) S ...": the state follows the last ')'.
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.trim_start().chars().next())
+                        .is_some_and(|c| c == 'T' || c == 't')
+                })
+            });
+            if all_stopped {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(5) {
+                return Err(std::io::Error::other(format!(
+                    "etcd {} did not stop within 5 s of SIGSTOP",
+                    pid.trim()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn signal(&self, sig: &str) -> std::io::Result<()> {
