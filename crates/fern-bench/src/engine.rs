@@ -87,7 +87,7 @@ impl EngineConfig {
     /// One rule for every engine, fern-tree's (`fern_tree::cache_within_memory`: three
     /// quarters, at least 12 MiB left).
     pub fn cache_bytes(&self) -> u64 {
-        fern_tree::cache_within_memory(self.budget_bytes as usize, 1 << 20) as u64
+        fern_tree::cache_within_memory(self.budget_bytes)
     }
 }
 

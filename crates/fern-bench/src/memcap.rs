@@ -157,15 +157,11 @@ impl MemCap {
     }
 
     fn read(&self, file: &str) -> Result<String> {
-        std::fs::read_to_string(self.path.join(file))
-            .map_err(|e| BenchError::Usage(format!("{}: {e}", self.path.join(file).display())))
+        read(&self.path, file)
     }
 
     fn read_u64(&self, file: &str) -> Result<u64> {
-        let t = self.read(file)?;
-        t.trim()
-            .parse()
-            .map_err(|_| BenchError::Usage(format!("{file}: not a number: {t:?}")))
+        read_u64(&self.path, file)
     }
 
     /// Starts a task's accounting afresh: the peak and the fail count (the cgroup is shared by
@@ -199,15 +195,31 @@ impl Drop for MemCap {
     }
 }
 
+/// A cgroup control file's text.
+fn read(cgroup: &Path, file: &str) -> Result<String> {
+    std::fs::read_to_string(cgroup.join(file))
+        .map_err(|e| BenchError::Usage(format!("{}: {e}", cgroup.join(file).display())))
+}
+
+/// A cgroup control file holding one number.
+fn read_u64(cgroup: &Path, file: &str) -> Result<u64> {
+    let t = read(cgroup, file)?;
+    t.trim()
+        .parse()
+        .map_err(|_| BenchError::Usage(format!("{file}: not a number: {t:?}")))
+}
+
 /// Moves this process into the cgroup named by [`CGROUP_ENV`], if set: everything it starts
-/// afterwards is inside too.
-pub fn join_cgroup_from_env() -> Result<()> {
+/// afterwards is inside too. Returns the cgroup's memory limit (the task's budget) when it
+/// joined one.
+pub fn join_cgroup_from_env() -> Result<Option<u64>> {
     let Some(cg) = std::env::var_os(CGROUP_ENV) else {
-        return Ok(());
+        return Ok(None);
     };
     let procs = Path::new(&cg).join("cgroup.procs");
     std::fs::write(&procs, std::process::id().to_string())
-        .map_err(|e| BenchError::Usage(format!("cannot join cgroup {}: {e}", procs.display())))
+        .map_err(|e| BenchError::Usage(format!("cannot join cgroup {}: {e}", procs.display())))?;
+    read_u64(Path::new(&cg), "memory.limit_in_bytes").map(Some)
 }
 
 /// What the binary does to keep a task process inside its memory budget: its allocator's

@@ -31,8 +31,9 @@ pub(crate) struct MsgBuffer {
     /// changed since ([`MsgBuffer::index_heads`]; empty otherwise, and every change clears
     /// it). A cold point read searches its ancestors' buffers for its key: by `sorted` each
     /// probe decodes a message somewhere in the buffer (a cache miss each, 14 % of a cold
-    /// lookup's CPU at E2 quick size); by `heads` it searches one contiguous array. Only a hint: every answer found through it is checked against the
-    /// keys beside it before it is used ([`MsgBuffer::first_at_or_after`]).
+    /// lookup's CPU at E2 quick size); by `heads` it searches one contiguous array. Only a
+    /// hint: every answer found through it is checked against the keys beside it before it is
+    /// used ([`MsgBuffer::first_at_or_after`]).
     heads: Vec<u64>,
 }
 

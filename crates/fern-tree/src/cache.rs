@@ -210,9 +210,11 @@ impl Cache {
                 (*shared).clone()
             }
         };
-        // Its charge moves from the cached slot to the taken node.
-        self.used.fetch_sub(mem, Ordering::Relaxed);
-        self.replace_taken(id, Some(mem));
+        // The slot's charge moves to the taken node (a node is never taken twice).
+        if let Some(stale) = self.taken.lock().insert(id, mem) {
+            debug_assert!(false, "node {id} taken twice");
+            self.used.fetch_sub(stale, Ordering::Relaxed);
+        }
         Some(node)
     }
 

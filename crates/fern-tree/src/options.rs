@@ -161,10 +161,11 @@ impl Options {
 /// the pages the allocator keeps after they are freed, and the page cache: a quarter of the
 /// budget, at least 12 MiB. Measured on E1 quick under a 32 MiB cgroup limit (BENCHMARKS.md,
 /// "The engines inside a memory cap equal to their budget"): a 24 MiB cache was OOM-killed, 20
-/// MiB was not. Never less than four nodes.
-pub fn cache_within_memory(budget: usize, node_bytes: usize) -> usize {
+/// MiB was not. Never less than four nodes of the default size (`Options::validate`'s floor).
+pub fn cache_within_memory(budget: u64) -> u64 {
     let reserve = (budget / 4).max(12 << 20);
-    budget.saturating_sub(reserve).max(4 * node_bytes)
+    let floor = 4 * Options::default().node_bytes as u64;
+    budget.saturating_sub(reserve).max(floor)
 }
 
 /// What an open found and worked around (damage it did not refuse).

@@ -216,9 +216,7 @@ fn a_mount_runs_inside_its_memory_budget() {
         return;
     };
     let (i, m) = (s.img.as_os_str(), s.mnt.as_os_str());
-    let within = |mib: usize| {
-        fern_tree::cache_within_memory(mib << 20, fern_tree::Options::default().node_bytes) as u64
-    };
+    let within = |mib: u64| fern_tree::cache_within_memory(mib << 20);
     ok(&["mount".as_ref(), i, m, "-o".as_ref(), "memory=64M".as_ref()]);
     assert_eq!(cache_limit(m), within(64));
     ok(&["umount".as_ref(), m]);

@@ -208,12 +208,7 @@ pub fn render(
              programs inside; fernfs node cache {} MiB{})",
             cap >> 20,
             z.fern_cache_bytes >> 20,
-            if z.fern_cache_bytes as usize
-                == fern_tree::cache_within_memory(
-                    cap as usize,
-                    fern_tree::Options::default().node_bytes
-                )
-            {
+            if z.fern_cache_bytes == fern_tree::cache_within_memory(cap) {
                 ", sized inside the cap: the cap is its budget"
             } else {
                 ", NOT sized from the cap (--cache-mib)"

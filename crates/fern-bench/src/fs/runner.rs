@@ -211,12 +211,9 @@ fn run_child(
 /// The child side: runs the task described by `spec_json` and writes its output to `out`.
 pub fn child_main(spec_json: &str, out: &Path) -> Result<()> {
     posix::ignore_interrupts();
-    join_cgroup_from_env()?;
-    // The task's budget is its cgroup's limit (the library target's engine runs in here).
-    if let Some(cap) = std::env::var_os(CGROUP_ENV)
-        .and_then(|p| std::fs::read_to_string(Path::new(&p).join("memory.limit_in_bytes")).ok())
-        .and_then(|l| l.trim().parse().ok())
-    {
+    // Under a cap the task's budget is its cgroup's limit (the library target's engine runs in
+    // here).
+    if let Some(cap) = join_cgroup_from_env()? {
         crate::memcap::govern_memory(cap);
     }
     let spec: FsTaskSpec = serde_json::from_str(spec_json)?;

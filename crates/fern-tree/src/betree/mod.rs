@@ -98,6 +98,8 @@ impl Ctx<'_> {
                 .or_else(|| self.cache.get(id).map(|n| (*n).clone())),
             None => self.cache.take(id),
         };
+        // A whole node taken from the cache is already charged at its size (Cache::take).
+        let charged = cached.as_ref().is_some_and(Node::fully_loaded);
         let mut node = match cached {
             Some(n) => n,
             None => {
@@ -107,7 +109,7 @@ impl Ctx<'_> {
             }
         };
         node.load_all(self.dev.as_ref())?;
-        if self.overlay.is_none() {
+        if self.overlay.is_none() && !charged {
             // Out of the cache but in memory, with every partition loaded: still counted (C1).
             self.cache.pin(id, node.mem_now());
         }

@@ -255,10 +255,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
     if let Some(m) = a.mem_cap_mib {
         // docs/workloads.md: under a memory cap the cap is the budget, and fernfs's node cache
         // is sized inside it (design.md §2.5, "One memory budget").
-        sizes.fern_cache_bytes = fern_tree::cache_within_memory(
-            (m.max(16) << 20) as usize,
-            fern_tree::Options::default().node_bytes,
-        ) as u64;
+        sizes.fern_cache_bytes = fern_tree::cache_within_memory(m.max(16) << 20);
     }
     if let Some(c) = a.cache_mib {
         if c == 0 {

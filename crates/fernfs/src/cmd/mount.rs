@@ -227,10 +227,7 @@ fn memory_plan(opts: &MountOptions) -> (u64, Option<u64>) {
     };
     let cache = match (opts.cache_size, budget) {
         (Some(c), _) => c,
-        (None, Some(b)) => fern_tree::cache_within_memory(
-            usize::try_from(b).unwrap_or(usize::MAX),
-            fern_tree::Options::default().node_bytes,
-        ) as u64,
+        (None, Some(b)) => fern_tree::cache_within_memory(b),
         (None, None) => DEFAULT_CACHE,
     };
     match budget {
