@@ -10,7 +10,8 @@
 //! ([`Inodes::new`], [`NameCache::new`], [`DirEntries::new`]) and every question goes to the
 //! store (docs/distributed.md §7).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use foldhash::{HashMap, HashSet, HashSetExt};
 
@@ -65,23 +66,151 @@ pub struct Known {
     /// that proves no lock holder finished during its read ([`Inodes::seed_stat`]). Never
     /// kept on a shared store. Bounded by the table: one stat per inode the kernel holds.
     pub(crate) stat: Option<crate::attr::Stat>,
+    /// Looked up again since the clock's hand last passed ([`Inodes::release_candidates`]).
+    referenced: bool,
+    /// Named for the kernel to forget, and neither forgotten nor passed by the hand since.
+    asked: bool,
 }
 
 /// The inode table.
+///
+/// **Bounded in memory** when a budget gives it a share ([`Inodes::set_max_bytes`]): the
+/// kernel decides how many inodes it holds (one entry per inode it was handed and has not
+/// forgotten), so the table cannot simply drop entries — an inode the kernel holds must
+/// always resolve. Past its bound the table instead names inodes the kernel could let go
+/// ([`Inodes::release_candidates`], a clock over the entries: least recently looked up first,
+/// never an open or orphaned one or the root); the FUSE adapter asks the kernel to drop them,
+/// and its FORGETs then remove the entries (docs/fs-design.md §4, "A bounded inode table").
 #[derive(Default)]
 pub struct Inodes {
-    map: Mutex<HashMap<InodeId, Known>>,
-    /// (parent, name) → the inode last pinned or moved there with its stat inline in that
-    /// entry: a hint that lets unlink skip reading the entry the kernel's lookup just read.
-    /// Never trusted alone: [`Inodes::inline_file_at`] checks the inode's own location
-    /// (exact for every inode in the table) under the locks. Cleared when full.
-    by_name: Mutex<HashMap<(InodeId, Vec<u8>), InodeId>>,
+    table: Mutex<Table>,
+    /// Hash of (parent, name) → the inode last pinned or moved there with its stat inline in
+    /// that entry: a hint that lets unlink skip reading the entry the kernel's lookup just
+    /// read. Never trusted alone (a stale or colliding hint names another inode):
+    /// [`Inodes::inline_file_at`] checks the inode's own location (exact for every inode in
+    /// the table) under the locks. Cleared when it holds more hints than the table may hold
+    /// entries.
+    by_name: Mutex<HashMap<u64, InodeId>>,
     /// Bumped by every committed change of a file's shape: a lookup that read a stat seeds
     /// the shape from it only if no change committed since it started (stored.rs).
     shape_epoch: AtomicU64,
     /// Another mount may change a file's size and blocks: no shape is ever answered from
     /// memory (stored.rs reads the stat each time).
     shared: bool,
+    /// Bound on the table's memory in bytes ([`Inodes::set_max_bytes`]); 0: none.
+    max_bytes: AtomicUsize,
+    /// The table holds more than its bound allows: read without the lock after every reply
+    /// that pins an inode, to wake whoever asks the kernel to forget.
+    over: AtomicBool,
+    /// Inodes [`Inodes::release_candidates`] has named since the mount.
+    released: AtomicU64,
+}
+
+/// The entries and what the bound needs to know about them.
+#[derive(Default)]
+struct Table {
+    map: HashMap<InodeId, Known>,
+    /// What the entries' names cost besides the entries themselves ([`name_cost`]).
+    name_bytes: usize,
+    /// Entries named for the kernel to forget whose FORGET has not come yet (`Known::asked`):
+    /// the next round names only what these will not already free.
+    asked: usize,
+    /// The clock of [`Inodes::release_candidates`]: ids in the order they entered the table,
+    /// each pushed to the back again as the hand passes it. Ids no longer in the table are
+    /// dropped when the hand reaches them, or all at once when they outnumber the entries.
+    clock: VecDeque<InodeId>,
+}
+
+/// What one hash-table bucket of the table costs: the entry and its control byte, a name
+/// hint's, and the clock's slots (up to two per entry before it is compacted).
+const BUCKET_BYTES: usize = std::mem::size_of::<(InodeId, Known)>()
+    + 1
+    + std::mem::size_of::<(u64, InodeId)>()
+    + 1
+    + 2 * std::mem::size_of::<InodeId>();
+
+/// Fewest entries a bounded table may hold before it asks the kernel to forget.
+const MIN_ENTRIES: usize = 1 << 10;
+
+/// What `loc`'s name costs the allocator: its capacity in 16-byte steps (jemalloc's small
+/// size classes), nothing for a location without a name.
+fn name_cost(loc: &Loc) -> usize {
+    match loc {
+        Loc::Entry { name, .. } if name.capacity() > 0 => name.capacity().next_multiple_of(16),
+        _ => 0,
+    }
+}
+
+/// Most entries a table may hold in `bytes` (its names aside): the capacity of the largest
+/// power-of-two bucket count that fits (a hash table grows by doubling, so one entry more
+/// than that capacity would double the allocation), at least [`MIN_ENTRIES`].
+fn entries_within(bytes: usize) -> usize {
+    let buckets = bytes / BUCKET_BYTES;
+    let pow = if buckets == 0 {
+        0
+    } else {
+        1usize << (usize::BITS - 1 - buckets.leading_zeros())
+    };
+    (pow / 8 * 7).max(MIN_ENTRIES)
+}
+
+/// The key of the (parent, name) hint.
+fn hint_key(parent: InodeId, name: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x6e61_6d65).hash_one((parent.0, name))
+}
+
+/// An inode the kernel may be asked to forget, with the entry that names it (to ask a kernel
+/// that cannot prune by inode to drop the name instead).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Releasable {
+    /// The inode.
+    pub id: InodeId,
+    /// A directory: only the kernel's prune may be used (dropping its name would make the
+    /// working directory of a process in it unreachable by name: `getcwd` fails).
+    pub is_dir: bool,
+    /// (parent, name) of its entry.
+    pub parent: InodeId,
+    /// Its name in `parent`.
+    pub name: Vec<u8>,
+}
+
+/// Figures of the inode table (`fernfs stat` of a mount).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InodeTableFigures {
+    /// Inodes known (the kernel holds them, or they are open).
+    pub entries: u64,
+    /// Memory the table is counted at: its buckets and names.
+    pub bytes: u64,
+    /// Its bound; 0: none.
+    pub max_bytes: u64,
+    /// Inodes named to the kernel to forget since the mount.
+    pub released: u64,
+}
+
+impl Table {
+    /// Buckets the map has allocated (hash tables keep 1/8 free).
+    fn bytes(&self) -> usize {
+        let cap = self.map.capacity();
+        let buckets = if cap == 0 {
+            0
+        } else {
+            (cap * 8 / 7).next_power_of_two()
+        };
+        buckets * BUCKET_BYTES + self.name_bytes
+    }
+
+    /// Most entries `max_bytes` allows beside the names held now (`None`: unbounded).
+    fn max_entries(&self, max_bytes: usize) -> Option<usize> {
+        (max_bytes > 0).then(|| entries_within(max_bytes.saturating_sub(self.name_bytes)))
+    }
+
+    fn remove(&mut self, id: InodeId) {
+        if let Some(k) = self.map.remove(&id) {
+            self.name_bytes -= name_cost(&k.loc);
+            self.asked -= usize::from(k.asked);
+        }
+    }
 }
 
 impl Inodes {
@@ -91,6 +220,105 @@ impl Inodes {
             shared,
             ..Self::default()
         }
+    }
+
+    /// Bounds the table's memory to `bytes` (0: no bound): past it, the table names inodes
+    /// for the kernel to forget ([`Inodes::release_candidates`]).
+    pub fn set_max_bytes(&self, bytes: usize) {
+        self.max_bytes.store(bytes, Ordering::Relaxed);
+        let t = self.table.lock();
+        self.note_size(&t);
+    }
+
+    /// Whether the table holds more entries than its bound allows.
+    pub fn over_bound(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
+
+    /// The table's figures.
+    pub fn figures(&self) -> InodeTableFigures {
+        let t = self.table.lock();
+        InodeTableFigures {
+            entries: t.map.len() as u64,
+            bytes: t.bytes() as u64,
+            max_bytes: self.max_bytes.load(Ordering::Relaxed) as u64,
+            released: self.released.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sets `over` from the table's size.
+    /// Past 7/8 of the most entries the bound allows, not at it: the kernel forgets
+    /// asynchronously, and one entry past the most would double the table's allocation.
+    fn note_size(&self, t: &Table) {
+        let over = t
+            .max_entries(self.max_bytes.load(Ordering::Relaxed))
+            .is_some_and(|max| t.map.len() > max - max / 8);
+        if over != self.over.load(Ordering::Relaxed) {
+            self.over.store(over, Ordering::Relaxed);
+        }
+    }
+
+    /// Up to `n` inodes for the kernel to forget so that the table gets back to 3/4 of what
+    /// its bound allows; none when it is within the bound. A clock: the hand passes each entry
+    /// in the order they came, an entry looked up since the hand last passed is spared once,
+    /// and the root, open files, orphans and inodes stored outside an entry (several links)
+    /// are never named. A named inode stays in the table
+    /// until the kernel's FORGET; if the kernel keeps it, the hand names it again a revolution
+    /// later.
+    pub fn release_candidates(&self, n: usize) -> Vec<Releasable> {
+        let mut t = self.table.lock();
+        let Some(max) = t.max_entries(self.max_bytes.load(Ordering::Relaxed)) else {
+            return Vec::new();
+        };
+        let target = max / 4 * 3;
+        if t.map.capacity() > max && t.map.len() <= max - max / 8 {
+            // The table doubled while the kernel was forgetting (a burst of new inodes
+            // outran the release): give the larger allocation back.
+            t.map.shrink_to(max);
+        }
+        let want = t.map.len().saturating_sub(target + t.asked).min(n);
+        let mut out = Vec::with_capacity(want);
+        let Table {
+            map, clock, asked, ..
+        } = &mut *t;
+        let mut steps = clock.len();
+        while out.len() < want && steps > 0 {
+            steps -= 1;
+            let Some(id) = clock.pop_front() else {
+                break;
+            };
+            let Some(k) = map.get_mut(&id) else {
+                continue; // forgotten since it entered the clock
+            };
+            clock.push_back(id);
+            if std::mem::take(&mut k.asked) {
+                // Named a revolution ago and still here: the kernel kept it (in use).
+                *asked -= 1;
+            }
+            if std::mem::take(&mut k.referenced) {
+                continue;
+            }
+            if id == InodeId::ROOT || k.opens > 0 || k.orphan || k.lookups == 0 {
+                continue;
+            }
+            if let Loc::Entry { parent, name } = &k.loc {
+                k.asked = true;
+                *asked += 1;
+                out.push(Releasable {
+                    id,
+                    is_dir: k.kind == FileType::Directory,
+                    parent: *parent,
+                    name: name.clone(),
+                });
+            }
+        }
+        if clock.len() > 2 * map.len() + MIN_ENTRIES {
+            let mut seen = HashSet::with_capacity(map.len());
+            clock.retain(|id| map.contains_key(id) && seen.insert(*id));
+            clock.shrink_to(2 * map.len() + MIN_ENTRIES);
+        }
+        self.released.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
     }
 
     /// The current shape epoch; read before reading a stat that may seed a shape.
@@ -103,14 +331,14 @@ impl Inodes {
         if self.shared {
             return None;
         }
-        self.map.lock().get(&id).and_then(|k| k.shape)
+        self.table.lock().map.get(&id).and_then(|k| k.shape)
     }
 
     /// Records a committed shape change of `id`.
     pub(crate) fn set_shape(&self, id: InodeId, shape: crate::stored::Shape) {
-        let mut m = self.map.lock();
+        let mut t = self.table.lock();
         self.shape_epoch.fetch_add(1, Ordering::AcqRel);
-        if let Some(k) = m.get_mut(&id) {
+        if let Some(k) = t.map.get_mut(&id) {
             k.shape = Some(shape);
         }
     }
@@ -119,11 +347,11 @@ impl Inodes {
     /// changed meanwhile (then the read may be stale, and the first operation that needs the
     /// shape reads it under the inode's lock).
     pub(crate) fn seed_shape(&self, id: InodeId, shape: crate::stored::Shape, epoch: u64) {
-        let mut m = self.map.lock();
+        let mut t = self.table.lock();
         if self.shape_epoch.load(Ordering::Acquire) != epoch {
             return;
         }
-        if let Some(k) = m.get_mut(&id) {
+        if let Some(k) = t.map.get_mut(&id) {
             k.shape.get_or_insert(shape);
         }
     }
@@ -134,13 +362,13 @@ impl Inodes {
         if self.shared {
             return None;
         }
-        self.map.lock().get(&id).and_then(|k| k.stat)
+        self.table.lock().map.get(&id).and_then(|k| k.stat)
     }
 
     /// Forgets the mirrored stat of `id`: a stat write of it is about to commit. The caller
     /// holds `id`'s lock, so no one sets it again before the write has committed.
     pub(crate) fn drop_stat(&self, id: InodeId) {
-        if let Some(k) = self.map.lock().get_mut(&id) {
+        if let Some(k) = self.table.lock().map.get_mut(&id) {
             k.stat = None;
         }
     }
@@ -151,7 +379,7 @@ impl Inodes {
         if self.shared {
             return;
         }
-        if let Some(k) = self.map.lock().get_mut(&id) {
+        if let Some(k) = self.table.lock().map.get_mut(&id) {
             k.stat = Some(stat);
         }
     }
@@ -163,12 +391,16 @@ impl Inodes {
             return;
         }
         if let Loc::Entry { parent, name } = loc {
+            let max = match self.max_bytes.load(Ordering::Relaxed) {
+                0 => MAX_NAME_HINTS,
+                b => entries_within(b).min(MAX_NAME_HINTS),
+            };
             let mut h = self.by_name.lock();
-            if h.len() >= MAX_NAME_HINTS {
+            if h.len() >= max {
                 // Forgetting costs a read later, never correctness.
                 h.clear();
             }
-            h.insert((*parent, name.clone()), id);
+            h.insert(hint_key(*parent, name), id);
         }
     }
 
@@ -186,8 +418,8 @@ impl Inodes {
         if self.shared {
             return None;
         }
-        let m = self.map.lock();
-        let k = m.get(&id)?;
+        let t = self.table.lock();
+        let k = t.map.get(&id)?;
         let here = matches!(&k.loc, Loc::Entry { parent: p, name: n } if *p == parent && n == name);
         (here && !k.orphan && k.kind == FileType::Regular)
             .then_some(k.stat)
@@ -199,34 +431,54 @@ impl Inodes {
         if self.shared {
             return None;
         }
-        self.by_name.lock().get(&(parent, name.to_vec())).copied()
+        self.by_name.lock().get(&hint_key(parent, name)).copied()
     }
 
     /// Records a lookup of `id` (pin count + 1) at `loc`.
     pub fn pin(&self, id: InodeId, loc: Loc, kind: FileType) {
         self.hint(id, &loc, kind);
-        let mut m = self.map.lock();
-        let e = m.entry(id).or_insert(Known {
-            loc: loc.clone(),
-            kind,
-            lookups: 0,
-            opens: 0,
-            orphan: false,
-            shape: None,
-            xattr_free: false,
-            stat: None,
+        let mut t = self.table.lock();
+        let added = name_cost(&loc);
+        let Table {
+            map,
+            name_bytes,
+            clock,
+            ..
+        } = &mut *t;
+        let mut new = false;
+        let e = map.entry(id).or_insert_with(|| {
+            new = true;
+            Known {
+                loc: Loc::Gone,
+                kind,
+                lookups: 0,
+                opens: 0,
+                orphan: false,
+                shape: None,
+                xattr_free: false,
+                stat: None,
+                referenced: false,
+                asked: false,
+            }
         });
+        *name_bytes = *name_bytes + added - name_cost(&e.loc);
         e.loc = loc;
         e.lookups = e.lookups.saturating_add(1);
+        e.referenced = !new;
+        if new {
+            clock.push_back(id);
+            self.note_size(&t);
+        }
     }
 
     /// Drops `n` lookups; forgets the inode when nothing holds it.
     pub fn forget(&self, id: InodeId, n: u64) {
-        let mut m = self.map.lock();
-        if let Some(e) = m.get_mut(&id) {
+        let mut t = self.table.lock();
+        if let Some(e) = t.map.get_mut(&id) {
             e.lookups = e.lookups.saturating_sub(n);
             if e.lookups == 0 && e.opens == 0 && id != InodeId::ROOT {
-                m.remove(&id);
+                t.remove(id);
+                self.note_size(&t);
             }
         }
     }
@@ -234,17 +486,23 @@ impl Inodes {
     /// Runs `f` on what is known about `id`, if anything, without copying it (a `Known` carries a
     /// name and a stat: cloning one per request was 1.6 % of postmark's request threads).
     pub fn with<T>(&self, id: InodeId, f: impl FnOnce(&Known) -> T) -> Option<T> {
-        self.map.lock().get(&id).map(f)
+        self.table.lock().map.get(&id).map(f)
     }
 
     /// Whether `id` is known to have no extended attribute (see [`Known::xattr_free`]).
     pub(crate) fn xattr_free(&self, id: InodeId) -> bool {
-        !self.shared && self.map.lock().get(&id).is_some_and(|k| k.xattr_free)
+        !self.shared && self.table.lock().map.get(&id).is_some_and(|k| k.xattr_free)
     }
 
     /// Runs `f` on the entry of `id`, if known.
     pub fn update<T>(&self, id: InodeId, f: impl FnOnce(&mut Known) -> T) -> Option<T> {
-        self.map.lock().get_mut(&id).map(f)
+        let mut t = self.table.lock();
+        let k = t.map.get_mut(&id)?;
+        let before = name_cost(&k.loc);
+        let out = f(k);
+        let after = name_cost(&k.loc);
+        t.name_bytes = t.name_bytes + after - before;
+        Some(out)
     }
 
     /// Moves `id` to `loc` if it is known (an unknown inode needs no bookkeeping).
@@ -259,11 +517,13 @@ impl Inodes {
 
     /// Removes the entry when nothing holds it any more.
     pub fn drop_if_unused(&self, id: InodeId) {
-        let mut m = self.map.lock();
-        if m.get(&id)
+        let mut t = self.table.lock();
+        if t.map
+            .get(&id)
             .is_some_and(|e| e.lookups == 0 && e.opens == 0 && id != InodeId::ROOT)
         {
-            m.remove(&id);
+            t.remove(id);
+            self.note_size(&t);
         }
     }
 }
@@ -531,5 +791,113 @@ mod tests {
             c.bytes(),
             c.dirs.lock().sets.values().map(|(_, b)| b).sum::<usize>()
         );
+    }
+
+    fn entry(parent: u64, name: &str) -> Loc {
+        Loc::Entry {
+            parent: InodeId(parent),
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    /// Issue 16, "one memory budget": the kernel decides which inodes it holds, so a bounded
+    /// table names inodes for it to forget — past 7/8 of what its bound allows, down to 3/4,
+    /// oldest first, sparing an inode looked up again once, and never the root, an open file,
+    /// an orphan or an inode stored outside an entry — and the FORGETs bring it back inside.
+    #[test]
+    fn a_bounded_inode_table_names_what_the_kernel_may_forget() {
+        let t = Inodes::new(false);
+        t.pin(InodeId::ROOT, Loc::Inode, FileType::Directory);
+        for i in 2..5000u64 {
+            t.pin(InodeId(i), entry(1, &format!("f{i}")), FileType::Regular);
+        }
+        assert!(!t.over_bound(), "unbounded by default");
+        assert!(t.release_candidates(usize::MAX).is_empty());
+
+        let bound = entries_within(1 << 20);
+        assert!(bound > MIN_ENTRIES && bound < 4000, "{bound}");
+        t.set_max_bytes(1 << 20);
+        assert!(t.over_bound());
+        // Never named: open (2), orphaned (3), stored in the inode tree (4); 5 was looked up
+        // again, so the hand spares it once.
+        t.update(InodeId(2), |k| k.opens = 1);
+        t.update(InodeId(3), |k| k.orphan = true);
+        t.relocate(InodeId(4), Loc::Inode);
+        t.pin(InodeId(5), entry(1, "f5"), FileType::Regular);
+
+        let max = t.table.lock().max_entries(1 << 20).unwrap();
+        let first = t.release_candidates(100);
+        assert_eq!(first.len(), 100, "at most what was asked for");
+        let ids: Vec<u64> = first.iter().map(|r| r.id.0).collect();
+        assert_eq!(
+            ids,
+            (6..106).collect::<Vec<_>>(),
+            "oldest first, 1-5 passed over"
+        );
+        assert_eq!(
+            first[0],
+            Releasable {
+                id: InodeId(6),
+                is_dir: false,
+                parent: InodeId(1),
+                name: b"f6".to_vec(),
+            }
+        );
+        let rest = t.release_candidates(usize::MAX);
+        let len = t.table.lock().map.len();
+        assert_eq!(
+            rest.len(),
+            len - max / 4 * 3 - 100,
+            "down to 3/4 of the bound"
+        );
+        assert!(rest.iter().all(|r| r.id.0 > 105 && r.id.0 != 5));
+        // The kernel forgets all but the first round's (it keeps those, as for a file in
+        // use); the table is back inside its bound.
+        for r in &rest {
+            t.forget(r.id, 1);
+        }
+        assert!(!t.over_bound());
+        assert!(t.release_candidates(usize::MAX).is_empty());
+        let f = t.figures();
+        assert_eq!(f.entries as usize, len - rest.len());
+        assert_eq!(f.released as usize, first.len() + rest.len());
+        assert!(f.bytes <= f.max_bytes, "{f:?}");
+
+        // An entry looked up again is spared for one revolution of the hand, then named.
+        let u = Inodes::new(false);
+        for i in 10..1110u64 {
+            u.pin(InodeId(i), entry(1, &format!("g{i}")), FileType::Regular);
+            u.pin(InodeId(i), entry(1, &format!("g{i}")), FileType::Regular);
+        }
+        u.set_max_bytes(1);
+        assert!(u.over_bound());
+        assert!(
+            u.release_candidates(usize::MAX).is_empty(),
+            "all spared once"
+        );
+        let named = u.release_candidates(usize::MAX);
+        let want = 1100 - MIN_ENTRIES / 4 * 3;
+        assert_eq!(named.len(), want);
+        assert_eq!(named[0].id, InodeId(10));
+    }
+
+    /// The names the table counts follow every change of a location, so its bytes are the
+    /// names it holds (a rename to a long name is counted, a forget gives it back).
+    #[test]
+    fn the_inode_table_counts_the_names_it_holds() {
+        let t = Inodes::new(false);
+        t.pin(InodeId(7), entry(1, "a"), FileType::Regular);
+        assert_eq!(t.table.lock().name_bytes, 16);
+        t.relocate(InodeId(7), entry(1, &"x".repeat(100)));
+        assert_eq!(t.table.lock().name_bytes, 112);
+        t.update(InodeId(7), |k| k.loc = Loc::Gone);
+        assert_eq!(t.table.lock().name_bytes, 0);
+        t.pin(InodeId(7), entry(2, "bb"), FileType::Regular);
+        t.pin(InodeId(8), entry(2, "cc"), FileType::Directory);
+        assert_eq!(t.table.lock().name_bytes, 32);
+        t.forget(InodeId(7), 2);
+        t.forget(InodeId(8), 1);
+        assert_eq!(t.table.lock().name_bytes, 0);
+        assert_eq!(t.figures().entries, 0);
     }
 }

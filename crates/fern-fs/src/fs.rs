@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 
 use crate::alloc::IdAllocator;
 use crate::attr::{Attr, FileType, Stat, Timespec};
-use crate::cache::{DirEntries, Inodes, Loc, NameCache};
+use crate::cache::{DirEntries, InodeTableFigures, Inodes, Loc, NameCache, Releasable};
 use crate::error::{FsError, FsResult};
 use crate::ids::{Fh, InodeId};
 use crate::locks::Stripes;
@@ -174,6 +174,30 @@ impl Fs {
     /// default 32 MiB): a mount inside a memory budget gives them a share of it.
     pub fn set_name_cache_bytes(&self, bytes: usize) {
         self.names.set_max_bytes(bytes);
+    }
+
+    /// Bounds the memory of the inode table (0: no bound, the default). The kernel decides
+    /// which inodes it holds, so past the bound the table names inodes for the kernel to
+    /// forget ([`Fs::inodes_to_release`]); a mount inside a memory budget gives it a share.
+    pub fn set_inode_table_bytes(&self, bytes: usize) {
+        self.inodes.set_max_bytes(bytes);
+    }
+
+    /// Whether the inode table is past its bound (cheap: one atomic load; the FUSE adapter
+    /// asks after each reply that handed the kernel an inode).
+    pub fn inodes_over_bound(&self) -> bool {
+        self.inodes.over_bound()
+    }
+
+    /// Up to `n` inodes the kernel should be asked to forget to bring the inode table back
+    /// inside its bound (none when it is inside; see `Inodes::release_candidates`).
+    pub fn inodes_to_release(&self, n: usize) -> Vec<Releasable> {
+        self.inodes.release_candidates(n)
+    }
+
+    /// The inode table's size, bound and releases.
+    pub fn inode_table_figures(&self) -> InodeTableFigures {
+        self.inodes.figures()
     }
 
     /// Mounts the file system in `kv`, freeing the data of files that were unlinked while open

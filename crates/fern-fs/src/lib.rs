@@ -39,6 +39,7 @@ mod xattr;
 
 pub use atime::{AtimeMode, AtimePolicy};
 pub use attr::{Attr, FileType, SetAttr, TimeSet, Timespec};
+pub use cache::{InodeTableFigures, Releasable};
 pub use data::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
 pub use dir::DirEntry;
 pub use error::{FsError, FsResult};

@@ -68,6 +68,9 @@ pub struct FernFuse {
     posix_acl: bool,
     /// Invalidates the kernel's cached attributes where we change them behind its back.
     notifier: crate::Notifier,
+    /// Asks the kernel to forget inodes while fern-fs's inode table is past its bound
+    /// (started with the notifier when the table has a bound).
+    releaser: Option<crate::release::Releaser>,
 }
 
 impl FernFuse {
@@ -91,6 +94,17 @@ impl FernFuse {
             killpriv: KillPriv::default(),
             posix_acl: opts.default_permissions,
             notifier: crate::Notifier::default(),
+            releaser: None,
+        }
+    }
+
+    /// After a reply that handed the kernel an inode: if the inode table is now past its
+    /// bound, wake the thread that asks the kernel to forget some (one atomic load otherwise).
+    fn keep_table_bounded(&self) {
+        if let Some(r) = &self.releaser {
+            if self.fs.inodes_over_bound() {
+                r.wake();
+            }
         }
     }
 }
@@ -173,6 +187,7 @@ impl FernFuse {
             Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), GEN),
             Err(e) => reply.error(errno(&e)),
         }
+        self.keep_table_bounded();
     }
 
     /// Answers with the attributes fern-fs returned.
@@ -234,6 +249,13 @@ impl Handler for FernFuse {
     }
 
     fn set_notifier(&mut self, notifier: crate::Notifier) {
+        if self.fs.inode_table_figures().max_bytes > 0 {
+            let fs = Arc::downgrade(&self.fs);
+            match crate::release::Releaser::start(fs, notifier.clone()) {
+                Ok(r) => self.releaser = Some(r),
+                Err(e) => log::error!("cannot start the inode release thread: {e}"),
+            }
+        }
         self.notifier = notifier;
     }
 
@@ -254,6 +276,7 @@ impl Handler for FernFuse {
             }
             Err(e) => reply.error(errno(&e)),
         }
+        self.keep_table_bounded();
     }
 
     fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {
@@ -568,7 +591,8 @@ impl Handler for FernFuse {
                 let fa = file_attr(a);
                 reply.add(INodeNo(e.ino.0), off + 2, n, &self.entry_ttl, &fa, GEN)
             });
-        reply.end(filled.map_err(|e| errno(&e)))
+        reply.end(filled.map_err(|e| errno(&e)));
+        self.keep_table_bounded();
     }
 
     fn releasedir(
@@ -696,6 +720,7 @@ impl Handler for FernFuse {
             ),
             Err(e) => reply.error(errno(&e)),
         }
+        self.keep_table_bounded();
     }
 
     /// Changing a file's contents or size by a non-root caller drops its privileges (the

@@ -26,6 +26,7 @@ mod killpriv;
 mod mount;
 mod notify;
 mod options;
+mod release;
 mod reply;
 mod session;
 pub mod uring;

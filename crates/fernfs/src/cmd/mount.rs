@@ -166,24 +166,37 @@ fn foreground(
     if let Some(url) = super::etcd::url(target) {
         return foreground_etcd(url, mp, opts, notify, &log_place);
     }
-    let (cache, budget) = memory_plan(&opts);
-    let image =
-        Image::open_changing(target, cache, Access::ReadWrite, compression).inspect_err(|e| {
+    let plan = memory_plan(&opts);
+    let image = Image::open_changing(target, plan.cache, Access::ReadWrite, compression)
+        .inspect_err(|e| {
             log::error!("mount {} on {}: {e}", target.display(), mp.display());
         })?;
     let fs = image.fs()?;
-    if let Some(b) = budget {
-        // The name sets fern-fs remembers grow with the files created: an eighth of the budget.
-        fs.set_name_cache_bytes(usize::try_from(b / 8).unwrap_or(usize::MAX));
+    if let Some(fs_share) = plan.fs_share {
+        // What fern-fs remembers grows with the files the kernel holds and this mount made.
+        let half = usize::try_from(fs_share / 2).unwrap_or(usize::MAX);
+        fs.set_name_cache_bytes(half);
+        fs.set_inode_table_bytes(half);
     }
     opts.fsname = target.display().to_string();
-    // The adapter answers the root's `fernfs.stats` xattr from here. A weak handle: the
+    // The adapter answers the root's `fernfs.stats` xattr from here. Weak handles: the
     // image's close must find the store unshared to checkpoint and close it.
     let store = std::sync::Arc::downgrade(&image.store);
+    let fs_figures = std::sync::Arc::downgrade(&fs);
     opts.stats = fern_fuse::StatsSource::new(move || match store.upgrade() {
-        Some(s) => super::stat::engine_figures(&s, true)
-            .to_string()
-            .into_bytes(),
+        Some(s) => {
+            let mut v = super::stat::engine_figures(&s, true);
+            if let Some(fs) = fs_figures.upgrade() {
+                let t = fs.inode_table_figures();
+                v["inode_table"] = serde_json::json!({
+                    "entries": t.entries,
+                    "bytes": t.bytes,
+                    "limit_bytes": t.max_bytes,
+                    "released": t.released,
+                });
+            }
+            v.to_string().into_bytes()
+        }
         None => b"{}".to_vec(),
     });
     let stopped = serve(
@@ -216,32 +229,46 @@ fn foreground(
     Ok(())
 }
 
-/// The node cache of a mount and its memory budget, and its memory governor: with a budget
-/// (`-o memory=`, else the daemon's cgroup limit) the cache is sized inside it (unless
-/// `cache_size` says otherwise) and the governor keeps the allocator's freed pages under it
-/// (memory.rs); without one, the default cache and no governor.
-fn memory_plan(opts: &MountOptions) -> (u64, Option<u64>) {
+/// How a mount spends its memory.
+struct MemoryPlan {
+    /// The engine's node cache.
+    cache: u64,
+    /// What fern-fs's own memory may take (its name sets and its inode table, half each);
+    /// `None`: no budget, so no bound.
+    fs_share: Option<u64>,
+}
+
+/// The memory plan of a mount, and its memory governor: with a budget (`-o memory=`, else the
+/// daemon's cgroup limit) an eighth goes to fern-fs's own memory (name sets and inode table,
+/// which grow with the files), the node cache is sized inside the rest (unless `cache_size`
+/// says otherwise), and the governor keeps the allocator's freed pages under the budget
+/// (memory.rs); without one, the default cache, no bounds beyond fern-fs's defaults, and no
+/// governor.
+fn memory_plan(opts: &MountOptions) -> MemoryPlan {
     let (budget, from) = match opts.memory {
         Some(m) => (Some(m), "-o memory"),
         None => (crate::memory::cgroup_limit(), "the cgroup's limit"),
     };
+    let fs_share = budget.map(|b| b / 8);
     let cache = match (opts.cache_size, budget) {
         (Some(c), _) => c,
-        (None, Some(b)) => fern_tree::cache_within_memory(b),
+        (None, Some(b)) => fern_tree::cache_within_memory(b - b / 8),
         (None, None) => DEFAULT_CACHE,
     };
     match budget {
         Some(b) => {
             crate::memory::govern(b);
             log::info!(
-                "memory budget {} MiB ({from}): node cache {} MiB",
+                "memory budget {} MiB ({from}): node cache {} MiB, name sets and inode table \
+                 {} MiB each",
                 b >> 20,
-                cache >> 20
+                cache >> 20,
+                (b / 16) >> 20
             );
         }
         None => log::info!("no memory budget: node cache {} MiB", cache >> 20),
     }
-    (cache, budget)
+    MemoryPlan { cache, fs_share }
 }
 
 /// Serves `fs` on `mp` until unmounted or signalled, reporting readiness (on stdout to the
