@@ -141,11 +141,12 @@ fn name_cost(loc: &Loc) -> usize {
     }
 }
 
-/// Most entries a table may hold in `bytes` (its names aside): the capacity of the largest
-/// power-of-two bucket count that fits (a hash table grows by doubling, so one entry more
-/// than that capacity would double the allocation), at least [`MIN_ENTRIES`].
-fn entries_within(bytes: usize) -> usize {
-    let buckets = bytes / BUCKET_BYTES;
+/// Most entries a table may hold in `bytes` when each name costs `name` bytes: the capacity
+/// of the largest power-of-two bucket count that fits with the names of that many entries (a
+/// hash table grows by doubling, so one entry more than that capacity would double the
+/// allocation), at least [`MIN_ENTRIES`].
+fn entries_within(bytes: usize, name: usize) -> usize {
+    let buckets = bytes / (BUCKET_BYTES + name * 7 / 8);
     let pow = if buckets == 0 {
         0
     } else {
@@ -200,9 +201,14 @@ impl Table {
         buckets * BUCKET_BYTES + self.name_bytes
     }
 
-    /// Most entries `max_bytes` allows beside the names held now (`None`: unbounded).
+    /// Most entries `max_bytes` allows with names as long as the table's now are on average
+    /// (`None`: unbounded).
     fn max_entries(&self, max_bytes: usize) -> Option<usize> {
-        (max_bytes > 0).then(|| entries_within(max_bytes.saturating_sub(self.name_bytes)))
+        let name = match self.map.len() {
+            0 => 16,
+            n => self.name_bytes.div_ceil(n),
+        };
+        (max_bytes > 0).then(|| entries_within(max_bytes, name))
     }
 
     fn remove(&mut self, id: InodeId) {
@@ -226,8 +232,8 @@ impl Inodes {
     /// for the kernel to forget ([`Inodes::release_candidates`]).
     pub fn set_max_bytes(&self, bytes: usize) {
         self.max_bytes.store(bytes, Ordering::Relaxed);
-        let t = self.table.lock();
-        self.note_size(&t);
+        let mut t = self.table.lock();
+        self.note_size(&mut t);
     }
 
     /// Whether the table holds more entries than its bound allows.
@@ -248,11 +254,17 @@ impl Inodes {
 
     /// Sets `over` from the table's size.
     /// Past 7/8 of the most entries the bound allows, not at it: the kernel forgets
-    /// asynchronously, and one entry past the most would double the table's allocation.
-    fn note_size(&self, t: &Table) {
-        let over = t
-            .max_entries(self.max_bytes.load(Ordering::Relaxed))
-            .is_some_and(|max| t.map.len() > max - max / 8);
+    /// asynchronously, and one entry past the most would double the table's allocation. A
+    /// table that grew past the most (a burst outran the kernel's forgetting) gives the larger
+    /// allocation back once it is below the point where it would ask again.
+    fn note_size(&self, t: &mut Table) {
+        let max = t.max_entries(self.max_bytes.load(Ordering::Relaxed));
+        if let Some(max) = max {
+            if t.map.capacity() > max && t.map.len() <= max - max / 8 {
+                t.map.shrink_to(max);
+            }
+        }
+        let over = max.is_some_and(|max| t.map.len() > max - max / 8);
         if over != self.over.load(Ordering::Relaxed) {
             self.over.store(over, Ordering::Relaxed);
         }
@@ -271,11 +283,6 @@ impl Inodes {
             return Vec::new();
         };
         let target = max / 4 * 3;
-        if t.map.capacity() > max && t.map.len() <= max - max / 8 {
-            // The table doubled while the kernel was forgetting (a burst of new inodes
-            // outran the release): give the larger allocation back.
-            t.map.shrink_to(max);
-        }
         let want = t.map.len().saturating_sub(target + t.asked).min(n);
         let mut out = Vec::with_capacity(want);
         let Table {
@@ -393,7 +400,7 @@ impl Inodes {
         if let Loc::Entry { parent, name } = loc {
             let max = match self.max_bytes.load(Ordering::Relaxed) {
                 0 => MAX_NAME_HINTS,
-                b => entries_within(b).min(MAX_NAME_HINTS),
+                b => entries_within(b, 16).min(MAX_NAME_HINTS),
             };
             let mut h = self.by_name.lock();
             if h.len() >= max {
@@ -467,7 +474,7 @@ impl Inodes {
         e.referenced = !new;
         if new {
             clock.push_back(id);
-            self.note_size(&t);
+            self.note_size(&mut t);
         }
     }
 
@@ -478,7 +485,7 @@ impl Inodes {
             e.lookups = e.lookups.saturating_sub(n);
             if e.lookups == 0 && e.opens == 0 && id != InodeId::ROOT {
                 t.remove(id);
-                self.note_size(&t);
+                self.note_size(&mut t);
             }
         }
     }
@@ -523,7 +530,7 @@ impl Inodes {
             .is_some_and(|e| e.lookups == 0 && e.opens == 0 && id != InodeId::ROOT)
         {
             t.remove(id);
-            self.note_size(&t);
+            self.note_size(&mut t);
         }
     }
 }
@@ -814,7 +821,7 @@ mod tests {
         assert!(!t.over_bound(), "unbounded by default");
         assert!(t.release_candidates(usize::MAX).is_empty());
 
-        let bound = entries_within(1 << 20);
+        let bound = entries_within(1 << 20, 16);
         assert!(bound > MIN_ENTRIES && bound < 4000, "{bound}");
         t.set_max_bytes(1 << 20);
         assert!(t.over_bound());

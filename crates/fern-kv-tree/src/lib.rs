@@ -19,7 +19,9 @@
 #![warn(missing_docs)]
 
 mod error;
+mod memory;
 mod store;
 
 pub use error::{engine_error, is_corrupt, is_no_space, map_error};
+pub use memory::FsMemory;
 pub use store::{TreeStore, ENGINE_LIMITS};

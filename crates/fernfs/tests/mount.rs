@@ -216,9 +216,7 @@ fn a_mount_runs_inside_its_memory_budget() {
         return;
     };
     let (i, m) = (s.img.as_os_str(), s.mnt.as_os_str());
-    // The plan (docs/design.md §2.5): an eighth of the budget for fern-fs's name sets and
-    // inode table, the node cache inside the rest.
-    let within = |mib: u64| fern_tree::cache_within_memory((mib << 20) - (mib << 20) / 8);
+    let within = |mib: u64| fern_kv_tree::FsMemory::within(mib << 20).node_cache;
     ok(&["mount".as_ref(), i, m, "-o".as_ref(), "memory=64M".as_ref()]);
     assert_eq!(cache_limit(m), within(64));
     ok(&["umount".as_ref(), m]);
@@ -293,9 +291,10 @@ fn many_files_in_a_capped_mount(s: &Scratch, names: bool) {
             .as_u64()
             .unwrap_or_else(|| panic!("{k}: {figures}"))
     };
-    assert_eq!(n("limit_bytes"), (48 << 20) / 16, "{table}");
+    let plan = fern_kv_tree::FsMemory::within(48 << 20);
+    assert_eq!(n("limit_bytes"), plan.inode_table, "{table}");
     assert!(n("bytes") <= n("limit_bytes"), "{table}");
-    assert!(n("entries") < (DIRS * PER_DIR / 4) as u64, "{table}");
+    assert!(n("entries") < (DIRS * PER_DIR / 2) as u64, "{table}");
     assert!(n("released") > (DIRS * PER_DIR / 2) as u64, "{table}");
     // Forgotten inodes resolve again by name, with their contents.
     for d in (0..DIRS).step_by(7) {

@@ -208,7 +208,7 @@ pub fn render(
              programs inside; fernfs node cache {} MiB{})",
             cap >> 20,
             z.fern_cache_bytes >> 20,
-            if z.fern_cache_bytes == fern_tree::cache_within_memory(cap) {
+            if z.fern_cache_bytes == fern_kv_tree::FsMemory::within(cap).node_cache {
                 ", sized inside the cap: the cap is its budget"
             } else {
                 ", NOT sized from the cap (--cache-mib)"

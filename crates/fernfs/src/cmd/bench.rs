@@ -219,8 +219,8 @@ pub struct FsArgs {
     #[arg(long)]
     pub mem_cap_mib: Option<u64>,
     /// fernfs's node cache, MiB (fernfs-lib and the fernfs-fuse daemon; default 128, or under a
-    /// memory cap the cache `fern_tree::cache_within_memory` gives the cap: three quarters, at
-    /// least 12 MiB left). The report says when it differs from that.
+    /// memory cap the cache `fern_kv_tree::FsMemory::within` gives the cap, as a mount inside
+    /// that budget has). The report says when it differs from that.
     #[arg(long)]
     pub cache_mib: Option<u64>,
     /// Write SVG plots into this directory: each figure per system, every system relative to
@@ -255,7 +255,7 @@ fn fs_bench(a: FsArgs) -> Result<(), BenchError> {
     if let Some(m) = a.mem_cap_mib {
         // docs/workloads.md: under a memory cap the cap is the budget, and fernfs's node cache
         // is sized inside it (design.md §2.5, "One memory budget").
-        sizes.fern_cache_bytes = fern_tree::cache_within_memory(m.max(16) << 20);
+        sizes.fern_cache_bytes = fern_kv_tree::FsMemory::within(m.max(16) << 20).node_cache;
     }
     if let Some(c) = a.cache_mib {
         if c == 0 {

@@ -172,11 +172,10 @@ fn foreground(
             log::error!("mount {} on {}: {e}", target.display(), mp.display());
         })?;
     let fs = image.fs()?;
-    if let Some(fs_share) = plan.fs_share {
-        // What fern-fs remembers grows with the files the kernel holds and this mount made.
-        let half = usize::try_from(fs_share / 2).unwrap_or(usize::MAX);
-        fs.set_name_cache_bytes(half);
-        fs.set_inode_table_bytes(half);
+    if let Some(m) = plan.fs {
+        let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
+        fs.set_name_cache_bytes(bytes(m.name_sets));
+        fs.set_inode_table_bytes(bytes(m.inode_table));
     }
     opts.fsname = target.display().to_string();
     // The adapter answers the root's `fernfs.stats` xattr from here. Weak handles: the
@@ -233,42 +232,42 @@ fn foreground(
 struct MemoryPlan {
     /// The engine's node cache.
     cache: u64,
-    /// What fern-fs's own memory may take (its name sets and its inode table, half each);
-    /// `None`: no budget, so no bound.
-    fs_share: Option<u64>,
+    /// The budget's plan (`FsMemory::within`), whose fern-fs parts bound its name sets and
+    /// inode table; `None`: no budget, so fern-fs's defaults.
+    fs: Option<fern_kv_tree::FsMemory>,
 }
 
 /// The memory plan of a mount, and its memory governor: with a budget (`-o memory=`, else the
-/// daemon's cgroup limit) an eighth goes to fern-fs's own memory (name sets and inode table,
-/// which grow with the files), the node cache is sized inside the rest (unless `cache_size`
-/// says otherwise), and the governor keeps the allocator's freed pages under the budget
-/// (memory.rs); without one, the default cache, no bounds beyond fern-fs's defaults, and no
-/// governor.
+/// daemon's cgroup limit) the budget is split by `FsMemory::within` (fern-fs's name sets and
+/// inode table, which grow with the files, and the node cache; `cache_size` overrides the
+/// cache) and the governor keeps the allocator's freed pages under it (memory.rs); without one,
+/// the default cache, fern-fs's default bounds, and no governor.
 fn memory_plan(opts: &MountOptions) -> MemoryPlan {
     let (budget, from) = match opts.memory {
         Some(m) => (Some(m), "-o memory"),
         None => (crate::memory::cgroup_limit(), "the cgroup's limit"),
     };
-    let fs_share = budget.map(|b| b / 8);
-    let cache = match (opts.cache_size, budget) {
+    let fs = budget.map(fern_kv_tree::FsMemory::within);
+    let cache = match (opts.cache_size, fs) {
         (Some(c), _) => c,
-        (None, Some(b)) => fern_tree::cache_within_memory(b - b / 8),
+        (None, Some(m)) => m.node_cache,
         (None, None) => DEFAULT_CACHE,
     };
-    match budget {
-        Some(b) => {
+    match (budget, fs) {
+        (Some(b), Some(m)) => {
             crate::memory::govern(b);
             log::info!(
-                "memory budget {} MiB ({from}): node cache {} MiB, name sets and inode table \
-                 {} MiB each",
+                "memory budget {} MiB ({from}): node cache {} MiB, inode table {} MiB, name \
+                 sets {} MiB",
                 b >> 20,
                 cache >> 20,
-                (b / 16) >> 20
+                m.inode_table >> 20,
+                m.name_sets >> 20
             );
         }
-        None => log::info!("no memory budget: node cache {} MiB", cache >> 20),
+        _ => log::info!("no memory budget: node cache {} MiB", cache >> 20),
     }
-    MemoryPlan { cache, fs_share }
+    MemoryPlan { cache, fs }
 }
 
 /// Serves `fs` on `mp` until unmounted or signalled, reporting readiness (on stdout to the
