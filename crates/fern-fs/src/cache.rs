@@ -129,8 +129,9 @@ const BUCKET_BYTES: usize = std::mem::size_of::<(InodeId, Known)>()
     + 1
     + 2 * std::mem::size_of::<InodeId>();
 
-/// Fewest entries a bounded table may hold before it asks the kernel to forget.
-const MIN_ENTRIES: usize = 1 << 10;
+/// Fewest entries a bounded table may hold before it asks the kernel to forget: the capacity
+/// of 1,024 buckets.
+const MIN_ENTRIES: usize = 1024 / 8 * 7;
 
 /// What `loc`'s name costs the allocator: its capacity in 16-byte steps (jemalloc's small
 /// size classes), nothing for a location without a name.
@@ -252,11 +253,10 @@ impl Inodes {
         }
     }
 
-    /// Sets `over` from the table's size.
-    /// Past 7/8 of the most entries the bound allows, not at it: the kernel forgets
-    /// asynchronously, and one entry past the most would double the table's allocation. A
-    /// table that grew past the most (a burst outran the kernel's forgetting) gives the larger
-    /// allocation back once it is below the point where it would ask again.
+    /// Sets `over` from the table's size: past 7/8 of the most entries the bound allows, not
+    /// at it, since the kernel forgets asynchronously and one entry past the most would double
+    /// the table's allocation. A table that grew past the most (a burst outran the kernel's
+    /// forgetting) gives the larger allocation back once it is below that point again.
     fn note_size(&self, t: &mut Table) {
         let max = t.max_entries(self.max_bytes.load(Ordering::Relaxed));
         if let Some(max) = max {
@@ -274,9 +274,8 @@ impl Inodes {
     /// its bound allows; none when it is within the bound. A clock: the hand passes each entry
     /// in the order they came, an entry looked up since the hand last passed is spared once,
     /// and the root, open files, orphans and inodes stored outside an entry (several links)
-    /// are never named. A named inode stays in the table
-    /// until the kernel's FORGET; if the kernel keeps it, the hand names it again a revolution
-    /// later.
+    /// are never named. A named inode stays in the table until the kernel's FORGET; if the
+    /// kernel keeps it, the hand names it again a revolution later.
     pub fn release_candidates(&self, n: usize) -> Vec<Releasable> {
         let mut t = self.table.lock();
         let Some(max) = t.max_entries(self.max_bytes.load(Ordering::Relaxed)) else {
