@@ -710,7 +710,13 @@ pub struct DirEntries {
     map: Mutex<HashMap<DirKey, (InodeId, Loc)>>,
     /// Remembers nothing: every path component is looked up in the store.
     off: bool,
+    /// Most entries before it starts over ([`DirEntries::set_max_bytes`]); 0: [`MAX_DIR_ENTRIES`].
+    max: AtomicUsize,
 }
+
+/// What a remembered directory entry is counted at: its slot (key, id and location) with the
+/// table's slack, and its two copies of the name.
+const DIR_ENTRY_BYTES: usize = std::mem::size_of::<(DirKey, (InodeId, Loc))>() * 8 / 7 + 2 * 32;
 
 /// (parent, name) of a directory entry.
 type DirKey = (InodeId, Vec<u8>);
@@ -724,6 +730,12 @@ impl DirEntries {
         }
     }
 
+    /// Bounds the table to about `bytes` (at most [`MAX_DIR_ENTRIES`] entries, at least 64).
+    pub fn set_max_bytes(&self, bytes: usize) {
+        let n = (bytes / DIR_ENTRY_BYTES).clamp(64, MAX_DIR_ENTRIES);
+        self.max.store(n, Ordering::Relaxed);
+    }
+
     /// The directory `name` in `parent`, if remembered.
     pub fn get(&self, parent: InodeId, name: &[u8]) -> Option<(InodeId, Loc)> {
         // The key is built only to probe; directory names are short.
@@ -735,8 +747,12 @@ impl DirEntries {
         if self.off {
             return;
         }
+        let max = match self.max.load(Ordering::Relaxed) {
+            0 => MAX_DIR_ENTRIES,
+            n => n,
+        };
         let mut m = self.map.lock();
-        if m.len() >= MAX_DIR_ENTRIES {
+        if m.len() >= max {
             // Forgetting costs reads later, never correctness.
             m.clear();
         }
@@ -905,5 +921,29 @@ mod tests {
         t.forget(InodeId(8), 1);
         assert_eq!(t.table.lock().name_bytes, 0);
         assert_eq!(t.figures().entries, 0);
+    }
+
+    /// A budget's share bounds the directory entries of path walks too (they used to be
+    /// bounded only by count, 65,536 entries of ~150 bytes whatever the budget).
+    #[test]
+    fn directory_entries_stay_inside_their_share() {
+        let d = DirEntries::new(false);
+        d.set_max_bytes(100 * DIR_ENTRY_BYTES);
+        for i in 0..1000u64 {
+            let name = format!("dir-{i}");
+            d.put(
+                InodeId(1),
+                name.as_bytes(),
+                InodeId(i + 10),
+                entry(1, &name),
+            );
+            assert!(d.map.lock().len() <= 100);
+        }
+        assert!(
+            d.get(InodeId(1), b"dir-999").is_some(),
+            "the newest is kept"
+        );
+        d.set_max_bytes(0);
+        assert_eq!(d.max.load(Ordering::Relaxed), 64, "never fewer than 64");
     }
 }

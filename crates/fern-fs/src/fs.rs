@@ -170,10 +170,13 @@ impl Fs {
         Ok(())
     }
 
-    /// Bounds the memory of the directory name sets this mount remembers (`NameCache`;
-    /// default 32 MiB): a mount inside a memory budget gives them a share of it.
+    /// Bounds the memory of the names this mount remembers: a quarter for the directory
+    /// entries of path walks (`DirEntries`; default 65,536 entries), the rest for the name
+    /// sets of the directories it made (`NameCache`; default 32 MiB). A mount inside a memory
+    /// budget gives them a share of it.
     pub fn set_name_cache_bytes(&self, bytes: usize) {
-        self.names.set_max_bytes(bytes);
+        self.dirents.set_max_bytes(bytes / 4);
+        self.names.set_max_bytes(bytes - bytes / 4);
     }
 
     /// Bounds the memory of the inode table (0: no bound, the default). The kernel decides
