@@ -25,9 +25,12 @@ const ROUND: usize = 1024;
 /// The pause between rounds while the table stays past its bound.
 const PAUSE: Duration = Duration::from_millis(10);
 
-/// Wakes the release thread; dropping it stops the thread.
+/// Wakes the release thread; dropping it stops the thread and waits for it (at most a
+/// round's pause), so that no reference to the file system outlives the session: the image's
+/// close wants the store unshared.
 pub(crate) struct Releaser {
     shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 struct Shared {
@@ -45,10 +48,13 @@ impl Releaser {
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("fern-forget".into())
             .spawn(move || run(&s, &fs, &notifier))?;
-        Ok(Releaser { shared })
+        Ok(Releaser {
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// Wakes the thread if it sleeps (cheap when it is already awake).
@@ -65,6 +71,9 @@ impl Drop for Releaser {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
