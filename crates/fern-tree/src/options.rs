@@ -157,11 +157,14 @@ impl Options {
 /// The node cache (`Options::cache_bytes`) for a process whose whole memory is `budget` bytes —
 /// what a cgroup limit counts: anonymous memory and the page cache of its writes. The cache
 /// bounds everything node-sized the engine holds (design.md §2.5); the rest of the budget is
-/// for what it does not count (log tail, batches, thread stacks, the program's own data: ~6 MiB),
-/// the pages the allocator keeps after they are freed, and the page cache: a quarter of the
-/// budget, at least 12 MiB. Measured on E1 quick under a 32 MiB cgroup limit (BENCHMARKS.md,
-/// "The engines inside a memory cap equal to their budget"): a 24 MiB cache was OOM-killed, 20
-/// MiB was not. Never less than four nodes of the default size (`Options::validate`'s floor).
+/// for what it does not count (log tail, batches, thread stacks, the program's own data: ~6 MiB;
+/// a writer's cascade growing the nodes it holds; read and decode buffers), the pages the
+/// allocator keeps after they are freed, and the page cache: a quarter of the budget, at least
+/// 12 MiB. Measured on E1 quick under a 32 MiB cgroup limit (BENCHMARKS.md, "The engines inside
+/// a memory cap equal to their budget"): a 24 MiB cache was OOM-killed, 20 MiB was not — and a
+/// smaller one is no safer: with 16 MiB, more evictions meant more node reads and writes, more
+/// transient buffers, and 3 OOM kills in 12 runs beside other tests where 20 MiB had none in 28.
+/// Never less than four nodes of the default size (`Options::validate`'s floor).
 pub fn cache_within_memory(budget: u64) -> u64 {
     let reserve = (budget / 4).max(12 << 20);
     let floor = 4 * Options::default().node_bytes as u64;

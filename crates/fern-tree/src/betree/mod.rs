@@ -91,6 +91,11 @@ impl Ctx<'_> {
 
     /// A node for changing: out of the cache, every partition loaded.
     pub(crate) fn take(&self, id: NodeId) -> Result<Node> {
+        if self.overlay.is_some() && self.cache.over_limit() {
+            // A flight's charges count against the bound while writers may be waiting for its
+            // install, evicting nothing: it makes room itself before each node it copies.
+            self.evict_cached()?;
+        }
         let cached = match self.overlay {
             // A detached flush copies: readers keep the cached node until the install.
             Some(o) => o
@@ -109,9 +114,13 @@ impl Ctx<'_> {
             }
         };
         node.load_all(self.dev.as_ref())?;
-        if self.overlay.is_none() && !charged {
+        match self.overlay {
+            // A flight's copy is memory beside the cached original: counted until the flight
+            // puts or frees it (C1; without it E1 peaked ~10 MiB above the cache's count).
+            Some(o) => o.hold(id, node.mem_now(), self.cache),
             // Out of the cache but in memory, with every partition loaded: still counted (C1).
-            self.cache.pin(id, node.mem_now());
+            None if !charged => self.cache.pin(id, node.mem_now()),
+            None => {}
         }
         Ok(node)
     }
@@ -148,11 +157,18 @@ impl Ctx<'_> {
     }
 
     /// Evicts down to the cache's bound, writing the dirty nodes it drops (the cache keeps C1).
-    /// A detached flush's copies are not in the cache: it evicts nothing of its own.
+    /// A detached flush's copies are not in the cache: it evicts nothing of its own here (it
+    /// makes room as it takes nodes, `take`).
     pub(crate) fn evict(&self) -> Result<()> {
         if self.overlay.is_some() {
             return Ok(());
         }
+        self.evict_cached()
+    }
+
+    /// Evicts cached nodes down to the bound. Safe beside the writers, as readers do it
+    /// (`Env::read`): only nodes nobody else holds are dropped, a dirty one written first.
+    fn evict_cached(&self) -> Result<()> {
         self.cache
             .evict(&|n| self.write_node(n, WriteCause::Eviction))
     }
