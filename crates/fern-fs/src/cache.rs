@@ -162,19 +162,15 @@ fn hint_key(parent: InodeId, name: &[u8]) -> u64 {
     foldhash::fast::FixedState::with_seed(0x6e61_6d65).hash_one((parent.0, name))
 }
 
-/// An inode the kernel may be asked to forget, with the entry that names it (to ask a kernel
-/// that cannot prune by inode to drop the name instead).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An inode the kernel may be asked to forget. A kernel that cannot prune by inode is asked
+/// to drop its name instead (`Fs::inode_entry` finds it then: a name is copied only there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Releasable {
     /// The inode.
     pub id: InodeId,
     /// A directory: only the kernel's prune may be used (dropping its name would make the
     /// working directory of a process in it unreachable by name: `getcwd` fails).
     pub is_dir: bool,
-    /// (parent, name) of its entry.
-    pub parent: InodeId,
-    /// Its name in `parent`.
-    pub name: Vec<u8>,
 }
 
 /// Figures of the inode table (`fernfs stat` of a mount).
@@ -307,14 +303,12 @@ impl Inodes {
             if id == InodeId::ROOT || k.opens > 0 || k.orphan || k.lookups == 0 {
                 continue;
             }
-            if let Loc::Entry { parent, name } = &k.loc {
+            if let Loc::Entry { .. } = &k.loc {
                 k.asked = true;
                 *asked += 1;
                 out.push(Releasable {
                     id,
                     is_dir: k.kind == FileType::Directory,
-                    parent: *parent,
-                    name: name.clone(),
                 });
             }
         }
@@ -861,8 +855,6 @@ mod tests {
             Releasable {
                 id: InodeId(6),
                 is_dir: false,
-                parent: InodeId(1),
-                name: b"f6".to_vec(),
             }
         );
         let rest = t.release_candidates(usize::MAX);

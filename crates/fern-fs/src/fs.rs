@@ -198,6 +198,17 @@ impl Fs {
         self.inodes.release_candidates(n)
     }
 
+    /// The (parent, name) entry the inode table holds for `id`, if it is stored in one: what
+    /// a kernel that cannot prune by inode is asked to drop instead.
+    pub fn inode_entry(&self, id: InodeId) -> Option<(InodeId, Vec<u8>)> {
+        self.inodes
+            .with(id, |k| match &k.loc {
+                Loc::Entry { parent, name } => Some((*parent, name.clone())),
+                _ => None,
+            })
+            .flatten()
+    }
+
     /// The inode table's size, bound and releases.
     pub fn inode_table_figures(&self) -> InodeTableFigures {
         self.inodes.figures()

@@ -6,6 +6,8 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use nix::errno::Errno;
+
 use crate::uring::abi;
 
 /// `FUSE_NOTIFY_INVAL_INODE` (include/uapi/linux/fuse.h, `enum fuse_notify_code`).
@@ -30,36 +32,38 @@ impl Notifier {
         }
     }
 
+    /// Writes one notification. ENODEV (unmounted) and the errnos in `done` count as sent;
+    /// without a descriptor nothing is sent and that counts as sent too.
+    fn send(&self, msg: &[u8], done: &[Errno]) -> Result<(), Errno> {
+        let Some(dev) = &self.dev else {
+            return Ok(());
+        };
+        match nix::unistd::write(&**dev, msg) {
+            Ok(_) => Ok(()),
+            Err(e) if e == Errno::ENODEV || done.contains(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Makes the kernel drop its cached attributes of `ino` (offset -1: the page cache is
     /// kept), so its next permission check or stat asks us. Attribute-only invalidation
     /// takes no inode or page lock in the kernel, so it is safe from inside a request (a
     /// WRITE holds the inode's lock). ENOENT (the kernel does not know the inode) and
     /// ENODEV (unmounted) are expected; other failures are logged.
     pub fn inval_attrs(&self, ino: u64) {
-        let Some(dev) = &self.dev else {
-            return;
-        };
-        let msg = inval_inode(ino, -1, 0);
-        match nix::unistd::write(&**dev, &msg) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENODEV) => {}
-            Err(e) => log::warn!("FUSE notify inval_inode {ino}: {e}"),
+        if let Err(e) = self.send(&inval_inode(ino, -1, 0), &[Errno::ENOENT]) {
+            log::warn!("FUSE notify inval_inode {ino}: {e}");
         }
     }
-}
 
-impl Notifier {
     /// Asks the kernel to drop the inodes `ids` where nothing uses them (no open file, no
     /// dentry in use), which sends their FORGETs (`FUSE_NOTIFY_PRUNE`). `Ok(false)`: the
     /// kernel does not know this notification (before Linux 6.18 it answers EINVAL).
     /// ENODEV (unmounted) counts as done.
     pub fn prune(&self, ids: &[u64]) -> std::io::Result<bool> {
-        let Some(dev) = &self.dev else {
-            return Ok(true);
-        };
-        match nix::unistd::write(&**dev, &prune(ids)) {
-            Ok(_) | Err(nix::errno::Errno::ENODEV) => Ok(true),
-            Err(nix::errno::Errno::EINVAL) => Ok(false),
+        match self.send(&prune(ids), &[]) {
+            Ok(()) => Ok(true),
+            Err(Errno::EINVAL) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
@@ -69,13 +73,7 @@ impl Notifier {
     /// takes `parent`'s lock: never call it while serving a request. ENOENT (the kernel does
     /// not know the directory) and ENODEV (unmounted) count as done.
     pub fn inval_entry(&self, parent: u64, name: &[u8]) -> std::io::Result<()> {
-        let Some(dev) = &self.dev else {
-            return Ok(());
-        };
-        match nix::unistd::write(&**dev, &inval_entry(parent, name)) {
-            Ok(_) | Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENODEV) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.send(&inval_entry(parent, name), &[Errno::ENOENT])?)
     }
 }
 

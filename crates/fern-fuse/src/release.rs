@@ -77,7 +77,7 @@ impl Drop for Releaser {
     }
 }
 
-fn run(s: &Shared, fs: &Weak<Fs>, notifier: &Notifier) {
+fn run(s: &Shared, weak_fs: &Weak<Fs>, notifier: &Notifier) {
     // Whether the kernel refused FUSE_NOTIFY_PRUNE once: names are dropped instead from then
     // on. `FERN_FUSE_NO_PRUNE` starts that way (the tests run the fallback on a kernel that
     // has prune).
@@ -94,7 +94,7 @@ fn run(s: &Shared, fs: &Weak<Fs>, notifier: &Notifier) {
             return;
         }
         loop {
-            let Some(fs) = fs.upgrade() else {
+            let Some(fs) = weak_fs.upgrade() else {
                 return;
             };
             let named = fs.inodes_to_release(ROUND);
@@ -122,8 +122,18 @@ fn run(s: &Shared, fs: &Weak<Fs>, notifier: &Notifier) {
                     }
                 }
             }
-            for r in named.iter().filter(|r| !r.is_dir) {
-                if let Err(e) = notifier.inval_entry(r.parent.0, &r.name) {
+            // Names are looked up only here, where a kernel without prune needs them.
+            let Some(fs) = weak_fs.upgrade() else {
+                return;
+            };
+            let entries: Vec<_> = named
+                .iter()
+                .filter(|r| !r.is_dir)
+                .filter_map(|r| fs.inode_entry(r.id))
+                .collect();
+            drop(fs);
+            for (parent, name) in &entries {
+                if let Err(e) = notifier.inval_entry(parent.0, name) {
                     log::warn!("FUSE notify inval_entry: {e}");
                     break;
                 }
