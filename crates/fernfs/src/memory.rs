@@ -7,11 +7,11 @@
 //! cgroup limit counts and cannot reclaim (they are anonymous), so a process sized to its
 //! budget was OOM-killed. Returning every page at once (decay 0) costs ~40 % of E1's
 //! throughput (every node-sized buffer faulted in fresh). So a process with a budget keeps
-//! freed pages for [`BUDGETED_DECAY_MS`] only — long enough to reuse a buffer within a burst,
+//! freed pages for [`budgeted_decay_ms`] only — long enough to reuse a buffer within a burst,
 //! short enough that a second of churn never piles up — and the governor returns them at once
 //! near the budget: a thread samples the process's anonymous resident memory every
 //! [`SAMPLE_EVERY`]; above [`TIGHT_FROM`] of the budget it purges the allocator and sets decay 0,
-//! and below [`LOOSE_BELOW`] it restores [`BUDGETED_DECAY_MS`]. The governor alone was not
+//! and below [`LOOSE_BELOW`] it restores [`budgeted_decay_ms`]. The governor alone was not
 //! enough: on a busy machine its thread waits for a CPU while the engine keeps freeing, and with
 //! 1 s of freed pages kept, E1 inside a 32 MiB limit equal to its budget was OOM-killed at 31.6
 //! MiB of anonymous memory in 4–5 of 10 runs beside other tests (BENCHMARKS.md, "The engines
@@ -29,16 +29,26 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(5);
 pub const TIGHT_FROM: u64 = 6;
 /// Below this share of the budget (eighths), the allocator keeps freed pages again.
 pub const LOOSE_BELOW: u64 = 5;
-/// How long the allocator keeps freed pages in a process with a budget while memory is loose
-/// (the binary's default without one is 1 s: main.rs `JEMALLOC_CONF`).
-pub const BUDGETED_DECAY_MS: isize = 20;
+/// How long the allocator keeps freed pages in a process with a budget while memory is loose:
+/// 20 ms per 32 MiB of budget, at most the binary's 1 s default (main.rs `JEMALLOC_CONF`).
+/// What it keeps grows with the time and the rate of freeing, and the room for it with the
+/// budget: 20 ms at 32 MiB was measured safe (100 ms was not), and a daemon far inside a large
+/// budget should not pay for returning pages every 20 ms (a 1 GiB budget with 20 ms: F4 create
+/// −21 %, BENCHMARKS.md "E1 inside a cap equal to its budget was still OOM-killed sometimes").
+pub fn budgeted_decay_ms(budget: u64) -> isize {
+    ((budget >> 20) * 20 / 32).clamp(1, NORMAL_DECAY_MS as u64) as isize
+}
+
+/// The binary's decay without a budget (main.rs `JEMALLOC_CONF`).
+const NORMAL_DECAY_MS: isize = 1000;
 
 /// Starts the governor for a process whose whole memory is `budget` bytes. Once per process.
 pub fn govern(budget: u64) {
     let spawned = std::thread::Builder::new()
         .name("fern-memory".into())
         .spawn(move || {
-            set_decay(BUDGETED_DECAY_MS);
+            let loose_decay = budgeted_decay_ms(budget);
+            set_decay(loose_decay);
             let (tight_from, loose_below) = (budget / 8 * TIGHT_FROM, budget / 8 * LOOSE_BELOW);
             let mut tight = false;
             loop {
@@ -52,7 +62,7 @@ pub fn govern(budget: u64) {
                     purge();
                 } else if tight && anon < loose_below {
                     tight = false;
-                    set_decay(BUDGETED_DECAY_MS);
+                    set_decay(loose_decay);
                 }
             }
         });
@@ -95,6 +105,22 @@ pub fn cgroup_limit() -> Option<u64> {
     }
     tightest
 }
+
+/// The budget of a daemon given none and in no memory cgroup: a sixteenth of the machine's
+/// memory, at least [`DEFAULT_BUDGET_MIN`] and at most [`DEFAULT_BUDGET_MAX`]; `None` when the
+/// machine's memory is unknown. Without a budget nothing bounds fern-fs's inode table, which
+/// holds an entry for every inode the kernel keeps (~300 bytes each, and the kernel keeps every
+/// file made or looked up): a daemon grew without limit with the files it served
+/// (BENCHMARKS.md, "The mount's own memory inside its budget").
+pub fn default_budget() -> Option<u64> {
+    physical_memory().map(|ram| (ram / 16).clamp(DEFAULT_BUDGET_MIN, DEFAULT_BUDGET_MAX))
+}
+
+/// Smallest default budget ([`default_budget`]).
+pub const DEFAULT_BUDGET_MIN: u64 = 128 << 20;
+/// Largest default budget ([`default_budget`]): past it a daemon with no stated budget would
+/// hold memory a machine's other work may want; `-o memory=` gives more.
+pub const DEFAULT_BUDGET_MAX: u64 = 1 << 30;
 
 /// Physical memory in bytes, if known.
 fn physical_memory() -> Option<u64> {
@@ -168,6 +194,28 @@ fn mallctl<O, N>(name: &std::ffi::CStr, old: Option<(&mut O, &mut usize)>, new: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_budgeted_decay_grows_with_the_budget() {
+        assert_eq!(budgeted_decay_ms(32 << 20), 20);
+        assert_eq!(budgeted_decay_ms(256 << 20), 160);
+        assert_eq!(budgeted_decay_ms(1 << 30), 640);
+        assert_eq!(budgeted_decay_ms(64 << 30), 1000);
+        assert_eq!(budgeted_decay_ms(1 << 20), 1);
+    }
+
+    #[test]
+    fn the_default_budget_is_a_sixteenth_of_memory_within_its_bounds() {
+        let ram = physical_memory().expect("/proc/meminfo");
+        let b = default_budget().expect("known memory");
+        assert!(
+            (DEFAULT_BUDGET_MIN..=DEFAULT_BUDGET_MAX).contains(&b),
+            "{b}"
+        );
+        if (DEFAULT_BUDGET_MIN * 16..=DEFAULT_BUDGET_MAX * 16).contains(&ram) {
+            assert_eq!(b, ram / 16);
+        }
+    }
 
     #[test]
     fn anonymous_resident_memory_grows_with_what_the_process_touches() {

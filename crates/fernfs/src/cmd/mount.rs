@@ -49,7 +49,8 @@ pub struct MountArgs {
     pub foreground: bool,
     /// Mount options, comma-separated, mount(8)-style: ro, rw, allow_other,
     /// default_permissions, writeback_cache, threads=N, cache_size=SIZE (e.g. 256M),
-    /// memory=SIZE (the daemon's whole budget; default its cgroup's memory limit, if any),
+    /// memory=SIZE (the daemon's whole budget; default its cgroup's memory limit, else a
+    /// sixteenth of the machine's memory, 128 MiB to 1 GiB),
     /// entry_timeout=SECS, attr_timeout=SECS, max_write=BYTES, fsname=NAME,
     /// compression=zstd|zstd-N|lz4|none (an image file: new partitions use it from now on, and
     /// the image remembers it); other options (noatime, nodev, ...) go to the kernel.
@@ -238,14 +239,21 @@ struct MemoryPlan {
 }
 
 /// The memory plan of a mount, and its memory governor: with a budget (`-o memory=`, else the
-/// daemon's cgroup limit) the budget is split by `FsMemory::within` (fern-fs's name sets and
+/// daemon's cgroup limit, else `memory::default_budget`) the budget is split by `FsMemory::within` (fern-fs's name sets and
 /// inode table, which grow with the files, and the node cache; `cache_size` overrides the
-/// cache) and the governor keeps the allocator's freed pages under it (memory.rs); without one,
-/// the default cache, fern-fs's default bounds, and no governor.
+/// cache) and the governor keeps the allocator's freed pages under it (memory.rs); without one
+/// (a machine whose memory is unknown), the default cache, fern-fs's default bounds, and no
+/// governor.
 fn memory_plan(opts: &MountOptions) -> MemoryPlan {
     let (budget, from) = match opts.memory {
         Some(m) => (Some(m), "-o memory"),
-        None => (crate::memory::cgroup_limit(), "the cgroup's limit"),
+        None => match crate::memory::cgroup_limit() {
+            Some(l) => (Some(l), "the cgroup's limit"),
+            None => (
+                crate::memory::default_budget(),
+                "a sixteenth of the machine's memory",
+            ),
+        },
     };
     let fs = budget.map(fern_kv_tree::FsMemory::within);
     let cache = match (opts.cache_size, fs) {
