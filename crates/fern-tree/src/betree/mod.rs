@@ -91,10 +91,10 @@ impl Ctx<'_> {
 
     /// A node for changing: out of the cache, every partition loaded.
     pub(crate) fn take(&self, id: NodeId) -> Result<Node> {
-        if self.overlay.is_some() && self.cache.over_limit() {
+        if self.overlay.is_some() {
             // A flight's charges count against the bound while writers may be waiting for its
             // install, evicting nothing: it makes room itself before each node it copies.
-            self.evict_cached()?;
+            self.evict()?;
         }
         let cached = match self.overlay {
             // A detached flush copies: readers keep the cached node until the install.
@@ -156,19 +156,10 @@ impl Ctx<'_> {
         self.bf.lock().free_node(id);
     }
 
-    /// Evicts down to the cache's bound, writing the dirty nodes it drops (the cache keeps C1).
-    /// A detached flush's copies are not in the cache: it evicts nothing of its own here (it
-    /// makes room as it takes nodes, `take`).
+    /// Evicts cached nodes down to the cache's bound, writing the dirty nodes it drops (the
+    /// cache keeps C1). Safe beside the writers, as readers do it (`Env::read`): only nodes
+    /// nobody else holds are dropped, so never a flight's copies, which are not in the cache.
     pub(crate) fn evict(&self) -> Result<()> {
-        if self.overlay.is_some() {
-            return Ok(());
-        }
-        self.evict_cached()
-    }
-
-    /// Evicts cached nodes down to the bound. Safe beside the writers, as readers do it
-    /// (`Env::read`): only nodes nobody else holds are dropped, a dirty one written first.
-    fn evict_cached(&self) -> Result<()> {
         self.cache
             .evict(&|n| self.write_node(n, WriteCause::Eviction))
     }
