@@ -7,6 +7,9 @@
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use fern_kv::{Direction, KeyRange};
 
@@ -34,96 +37,126 @@ pub struct DirEntry {
 /// the entries it returns (the engine materializes whole leaves with their pending messages:
 /// 1-2 ms per scan measured through FUSE on a freshly written tree, against a few µs per
 /// point read), while the kernel asks for a listing in requests of a few dozen (readdirplus)
-/// to ~100 (readdir) entries, and once more at the end to learn that nothing is left. One
-/// scan per this many entries answers all of those; it also bounds the names a handle keeps
-/// ahead.
+/// to ~1000 (readdir, 32 KiB) entries, and once more at the end to learn that nothing is
+/// left. One scan per this many entries answers all of those; it also bounds the names a
+/// handle keeps ahead.
 pub const READ_AHEAD: usize = 1024;
-
-/// Entries [`Fs::readdir_fill`] takes from the handle at a time: names only, so a chunk that
-/// does not fit costs nothing but a copy.
-const FILL_CHUNK: usize = 256;
-/// The same with attributes: each costs a point read and a pin, undone if it does not fit.
-const FILL_CHUNK_PLUS: usize = 16;
 
 /// Where a FUSE-style listing of one directory handle stands: the entries returned so far
 /// (indexed by FUSE offset - 1; the cookie of offset `k` is the name of `returned[k - 1]`)
 /// and the entries scanned after them but not returned yet. `returned` followed by `ahead`
-/// is always a contiguous run of the directory in name order, as the scans saw it.
-#[derive(Clone, Debug, Default)]
+/// is always a contiguous run of the directory in name order, as the scans saw it. A handle
+/// holds it behind its own lock ([`DirHandle`]): one listing request at a time per handle,
+/// while other handles (and the handle table) stay free.
+#[derive(Debug, Default)]
 pub(crate) struct DirCursor {
-    returned: Vec<Listed>,
+    returned: Returned,
     ahead: VecDeque<Listed>,
     /// The last scan reached the end of the directory: nothing follows `ahead`.
     at_end: bool,
 }
 
-/// A row of a read-ahead scan and the lock-release count taken before that scan. Boxed where
-/// it is kept: an inline entry holds a whole inode (~170 bytes), and a handle's lists of
-/// ~200-byte entries were fresh mappings of the allocator (above glibc's fixed 64 KiB mmap
-/// threshold, which the binary then used) whose pages faulted in on every scan — a quarter
-/// of a cold 20,000-name listing.
-type Scanned = (Dentry, u64);
+/// A directory handle's listing state, shared by the handle table and the request serving it.
+pub(crate) type DirHandle = Arc<Mutex<DirCursor>>;
 
 /// (name, entry) rows of a directory scan, as the store returned them.
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// One listed name as a handle keeps it: what a plain readdir returns. Not a [`DirEntry`],
-/// whose room for attributes would more than double the memory of a handle that lists a
-/// large directory (the handle keeps every returned name: they are the FUSE offsets).
-#[derive(Clone, Debug)]
+/// One listed name as a handle keeps it: a scanned row, moved out of the scan's result (no
+/// copy of its name, no decoding of its inode: a plain readdir returns only the name, id and
+/// type, and a cold 20,000-name listing spent a third of its time copying and decoding what
+/// it then did not use).
+#[derive(Debug)]
 struct Listed {
-    name: Vec<u8>,
+    /// The row's key, `(dir id, name)`.
+    key: Vec<u8>,
     ino: InodeId,
     kind: FileType,
-    /// The entry as the read-ahead scan read it, and the lock-release count taken before that
-    /// scan (`Stripes::releases`). While the count is unchanged no change of any name or stat
-    /// has finished since the scan (every one holds a stripe lock across its commit), so a
-    /// readdirplus may answer from it instead of reading the entry again — the point read per
-    /// listed file that F3's `os.walk` paid (docs/fs-design.md §8). Only on a sole-writer
-    /// store: another mount's changes do not move this count. Taken when the entry is
-    /// served: an entry served again after a seek back reads its attributes afresh.
-    scanned: Option<Box<Scanned>>,
+    /// The row's encoded entry as the read-ahead scan read it, and the lock-release count
+    /// taken before that scan (`Stripes::releases`). While the count is unchanged no change of
+    /// any name or stat has finished since the scan (every one holds a stripe lock across its
+    /// commit), so a readdirplus may answer from it instead of reading the entry again — the
+    /// point read per listed file that F3's `os.walk` paid (docs/fs-design.md §8). Only on a
+    /// sole-writer store: another mount's changes do not move this count. Dropped when the
+    /// entry is returned (the handle keeps every returned name, and only names): an entry
+    /// served again after a seek back reads its attributes afresh.
+    scanned: Option<(Vec<u8>, u64)>,
+}
+
+impl Listed {
+    fn name(&self) -> &[u8] {
+        schema::name_of(&self.key).unwrap_or_default() // checked when scanned
+    }
+}
+
+/// The entries a handle returned, in order: what a FUSE offset names. Packed (names back to
+/// back, ids and types beside them) rather than a list of [`Listed`]: a handle keeps every
+/// name it returned, and one allocation per name plus a list grown by copying was a sixth of
+/// a 20,000-name listing's time and ~80 bytes per name held.
+#[derive(Debug, Default)]
+struct Returned {
+    names: Vec<u8>,
+    /// Where each name ends in `names`.
+    ends: Vec<usize>,
+    ids: Vec<(InodeId, FileType)>,
+}
+
+impl Returned {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn name(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.names[start..self.ends[i]]
+    }
+
+    fn last_name(&self) -> Option<&[u8]> {
+        self.len().checked_sub(1).map(|i| self.name(i))
+    }
+
+    fn push(&mut self, l: &Listed) {
+        self.names.extend_from_slice(l.name());
+        self.ends.push(self.names.len());
+        self.ids.push((l.ino, l.kind));
+    }
+
+    /// Removes the entries from index `k` on, as [`Listed`] entries of directory `dir` in
+    /// order (without scanned rows: they are read afresh if listed with attributes).
+    fn split_off(&mut self, dir: InodeId, k: usize) -> Vec<Listed> {
+        let out = (k..self.len())
+            .map(|i| Listed {
+                key: schema::named_key(dir, self.name(i)),
+                ino: self.ids[i].0,
+                kind: self.ids[i].1,
+                scanned: None,
+            })
+            .collect();
+        let start = if k == 0 { 0 } else { self.ends[k - 1] };
+        self.names.truncate(start);
+        self.ends.truncate(k);
+        self.ids.truncate(k);
+        out
+    }
 }
 
 impl DirCursor {
-    /// Positions the cursor at FUSE offset `offset`. `Ok(None)`: entries can be served from
-    /// memory now; `Ok(Some(after))`: a scan after the name `after` (`None`: from the
-    /// start) must fill `ahead` first. Entries returned at or after `offset` were not taken
-    /// by the kernel (a full reply, or a seek back) and go back in front of `ahead`.
-    fn rewind(&mut self, offset: u64) -> FsResult<Option<Option<Vec<u8>>>> {
+    /// Positions the cursor of directory `dir` at FUSE offset `offset`. Entries returned at
+    /// or after `offset` were not taken by the kernel (a full reply, or a seek back) and go
+    /// back in front of `ahead`; offset 0 starts over (the next entry needs a fresh scan).
+    fn rewind(&mut self, dir: InodeId, offset: u64) -> FsResult<()> {
         if offset == 0 {
             *self = DirCursor::default();
-            return Ok(Some(None));
+            return Ok(());
         }
         let k = usize::try_from(offset).map_err(|_| FsError::Invalid)?;
         if k > self.returned.len() {
             return Err(FsError::Invalid);
         }
-        for e in self.returned.drain(k..).rev() {
+        for e in self.returned.split_off(dir, k).into_iter().rev() {
             self.ahead.push_front(e);
         }
-        if self.ahead.is_empty() && !self.at_end {
-            return Ok(Some(self.returned.last().map(|e| e.name.clone())));
-        }
-        Ok(None)
-    }
-
-    /// Returns up to `limit` entries from `ahead` with their FUSE offsets.
-    fn serve(&mut self, limit: usize) -> Vec<(u64, DirEntry, Option<Box<Scanned>>)> {
-        let n = limit.min(self.ahead.len());
-        let mut out = Vec::with_capacity(n);
-        for mut l in self.ahead.drain(..n) {
-            let e = DirEntry {
-                name: l.name.clone(),
-                ino: l.ino,
-                kind: l.kind,
-                attr: None,
-            };
-            let scanned = l.scanned.take();
-            self.returned.push(l);
-            out.push((self.returned.len() as u64, e, scanned));
-        }
-        out
+        Ok(())
     }
 }
 
@@ -201,7 +234,7 @@ impl Fs {
             append: false,
             write: false,
             kill_suid: false,
-            dir_names: Some(DirCursor::default()),
+            dir_names: Some(DirHandle::default()),
         };
         self.handles.lock().insert(fh, h);
         Ok(fh)
@@ -216,7 +249,7 @@ impl Fs {
     /// listing from offset 0 always scans afresh (`rewinddir` sees the directory as it is
     /// now). Entries are therefore as of the scan that read them, which POSIX allows for
     /// names added or removed after `opendir`/`rewinddir`; attributes are never served from
-    /// the read-ahead.
+    /// the read-ahead unless provably current (`attr_from_scan`).
     pub fn readdir(
         &self,
         fh: Fh,
@@ -224,62 +257,22 @@ impl Fs {
         limit: usize,
         plus: bool,
     ) -> FsResult<Vec<(u64, DirEntry)>> {
-        let (dir, served) = loop {
-            let (dir, scan_after) = {
-                let mut handles = self.handles.lock();
-                let h = handles.get_mut(&fh).ok_or(FsError::BadHandle)?;
-                let dir = h.ino;
-                let c = h.dir_names.as_mut().ok_or(FsError::BadHandle)?;
-                match c.rewind(offset)? {
-                    None => break (dir, c.serve(limit)),
-                    Some(after) => (dir, after),
-                }
-            };
-            // The scan runs without the handle table's lock; its result is installed only if
-            // the cursor is still where it was (the kernel serializes requests of one open
-            // directory, so a retry means a misbehaving caller, not contention).
-            let (rows, since) =
-                self.list_rows(dir, scan_after.as_deref(), READ_AHEAD.max(limit))?;
-            let at_end = rows.len() < READ_AHEAD.max(limit);
-            let sole = !self.is_shared();
-            let mut entries = Vec::with_capacity(rows.len());
-            for (k, v) in rows {
-                let d = Dentry::decode(&v)?;
-                entries.push(Listed {
-                    name: schema::name_of(&k)?.to_vec(),
-                    ino: d.id(),
-                    kind: d.kind()?,
-                    scanned: sole.then(|| Box::new((d, since))),
-                });
-            }
-            let mut handles = self.handles.lock();
-            let c = handles
-                .get_mut(&fh)
-                .and_then(|h| h.dir_names.as_mut())
-                .ok_or(FsError::BadHandle)?;
-            if c.returned.len() == offset as usize && c.ahead.is_empty() && !c.at_end {
-                c.ahead.extend(entries.drain(..));
-                c.at_end = at_end;
-                break (dir, c.serve(limit));
-            }
-        };
-        if !plus {
-            return Ok(served.into_iter().map(|(off, e, _)| (off, e)).collect());
-        }
-        let mut out = Vec::with_capacity(served.len());
-        for (off, e, scanned) in served {
-            match self.fresh_plus(dir, e, scanned) {
-                Ok(Some(e)) => out.push((off, e)),
-                Ok(None) => {} // gone since the scan: not listed
-                Err(err) => {
+        let mut out = Vec::new();
+        let listed = self.list_into(fh, offset, limit, plus, &mut |off, e| {
+            out.push((off, e.clone()));
+            false
+        });
+        match listed {
+            Ok(()) => Ok(out),
+            Err(err) => {
+                if plus {
                     for (_, e) in &out {
                         self.forget(e.ino, 1);
                     }
-                    return Err(err);
                 }
+                Err(err)
             }
         }
-        Ok(out)
     }
 
     /// Lists from FUSE offset `offset` into a reply buffer: `add(offset, entry)` is called
@@ -301,36 +294,113 @@ impl Fs {
         plus: bool,
         mut add: impl FnMut(u64, &DirEntry) -> bool,
     ) -> FsResult<()> {
-        // Attributes are read per chunk, so a full buffer wastes at most a chunk's reads.
-        let chunk = if plus { FILL_CHUNK_PLUS } else { FILL_CHUNK };
-        let mut offset = offset;
         let mut added = false;
-        loop {
-            let page = match self.readdir(fh, offset, chunk, plus) {
-                Ok(page) => page,
-                // What is in the buffer (and, with plus, pinned) stays valid: end the reply
-                // there, and the kernel's next request, from the last entry, meets the error.
-                Err(_) if added => return Ok(()),
-                Err(e) => return Err(e),
-            };
-            if page.is_empty() {
-                return Ok(());
-            }
-            let mut rest = page.into_iter();
-            for (off, e) in rest.by_ref() {
-                if add(off, &e) {
-                    if plus {
-                        self.forget(e.ino, 1);
-                        for (_, later) in rest {
-                            self.forget(later.ino, 1);
-                        }
-                    }
-                    return Ok(());
-                }
-                offset = off;
-                added = true;
-            }
+        let listed = self.list_into(fh, offset, usize::MAX, plus, &mut |off, e| {
+            let full = add(off, e);
+            added |= !full;
+            full
+        });
+        match listed {
+            // What is in the buffer (and, with plus, pinned) stays valid: end the reply
+            // there, and the kernel's next request, from the last entry, meets the error.
+            Err(_) if added => Ok(()),
+            listed => listed,
         }
+    }
+
+    /// Both listings: from FUSE offset `offset` of handle `fh`, passes up to `limit` entries
+    /// in order to `add(offset, entry)`, which returns `true` when it did not take the entry
+    /// (that ends the listing; the entry stays ahead). With `plus`, every entry passed is
+    /// pinned with its attributes, and unpinned again if not taken; an entry gone since its
+    /// scan is skipped. On an error, what `add` took stays taken.
+    fn list_into(
+        &self,
+        fh: Fh,
+        offset: u64,
+        limit: usize,
+        plus: bool,
+        add: &mut dyn FnMut(u64, &DirEntry) -> bool,
+    ) -> FsResult<()> {
+        let (dir, cursor) = {
+            let handles = self.handles.lock();
+            let h = handles.get(&fh).ok_or(FsError::BadHandle)?;
+            (h.ino, h.dir_names.clone().ok_or(FsError::BadHandle)?)
+        };
+        let mut c = cursor.lock();
+        c.rewind(dir, offset)?;
+        // A plain entry is passed in this one buffer: no allocation per name.
+        let mut plain = DirEntry {
+            name: Vec::new(),
+            ino: dir,
+            kind: FileType::Directory,
+            attr: None,
+        };
+        let mut taken = 0;
+        while taken < limit {
+            let Some(mut l) = c.ahead.pop_front() else {
+                if c.at_end {
+                    break;
+                }
+                let after = c.returned.last_name().map(<[u8]>::to_vec);
+                self.read_ahead(dir, after.as_deref(), &mut c)?;
+                continue;
+            };
+            let off = c.returned.len() as u64 + 1;
+            let scanned = l.scanned.take();
+            let full = if plus {
+                let e = DirEntry {
+                    name: l.name().to_vec(),
+                    ino: l.ino,
+                    kind: l.kind,
+                    attr: None,
+                };
+                match self.fresh_plus(dir, e, scanned) {
+                    Ok(Some(e)) => {
+                        let full = add(off, &e);
+                        if full {
+                            self.forget(e.ino, 1);
+                        }
+                        full
+                    }
+                    Ok(None) => false, // gone since the scan: not listed
+                    Err(err) => {
+                        c.ahead.push_front(l);
+                        return Err(err);
+                    }
+                }
+            } else {
+                plain.name.clear();
+                plain.name.extend_from_slice(l.name());
+                (plain.ino, plain.kind) = (l.ino, l.kind);
+                add(off, &plain)
+            };
+            if full {
+                c.ahead.push_front(l);
+                break;
+            }
+            c.returned.push(&l);
+            taken += 1;
+        }
+        Ok(())
+    }
+
+    /// One read-ahead scan of `dir` after the name `after` (`None`: from the start) into
+    /// cursor `c`'s `ahead`.
+    fn read_ahead(&self, dir: InodeId, after: Option<&[u8]>, c: &mut DirCursor) -> FsResult<()> {
+        let (rows, since) = self.list_rows(dir, after, READ_AHEAD)?;
+        c.at_end = rows.len() < READ_AHEAD;
+        let sole = !self.is_shared();
+        for (key, v) in rows {
+            schema::name_of(&key)?;
+            let (ino, kind) = Dentry::head(&v)?;
+            c.ahead.push_back(Listed {
+                key,
+                ino,
+                kind,
+                scanned: sole.then_some((v, since)),
+            });
+        }
+        Ok(())
     }
 
     /// Entry `e` of `dir` with its attributes as they are now, pinned; `None` if the name is
@@ -340,10 +410,10 @@ impl Fs {
         &self,
         dir: InodeId,
         mut e: DirEntry,
-        scanned: Option<Box<Scanned>>,
+        scanned: Option<(Vec<u8>, u64)>,
     ) -> FsResult<Option<DirEntry>> {
-        if let Some((d, since)) = scanned.map(|b| *b) {
-            if let Some(attr) = self.attr_from_scan(dir, &e, d, since)? {
+        if let Some((v, since)) = scanned {
+            if let Some(attr) = self.attr_from_scan(dir, &e, Dentry::decode(&v)?, since)? {
                 e.kind = attr.kind;
                 e.attr = Some(attr);
                 return Ok(Some(e));

@@ -69,7 +69,7 @@ pub(crate) struct Handle {
     /// [`Fs::open`] without credentials (a trusted caller).
     pub kill_suid: bool,
     /// For directory handles: the listing's position (names returned, entries read ahead).
-    pub dir_names: Option<crate::dir::DirCursor>,
+    pub dir_names: Option<crate::dir::DirHandle>,
 }
 
 /// Most data blocks an unlinked file's rows are deleted by one point delete each instead of a

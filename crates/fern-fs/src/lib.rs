@@ -41,7 +41,7 @@ pub use atime::{AtimeMode, AtimePolicy};
 pub use attr::{Attr, FileType, SetAttr, TimeSet, Timespec};
 pub use cache::{InodeTableFigures, Releasable};
 pub use data::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
-pub use dir::DirEntry;
+pub use dir::{DirEntry, READ_AHEAD};
 pub use error::{FsError, FsResult};
 pub use fs::{Fs, MkfsOptions, MAX_FILE_SIZE, NAME_MAX, PATH_MAX};
 pub use ids::{Fh, InodeId};

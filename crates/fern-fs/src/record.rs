@@ -86,6 +86,21 @@ impl Dentry {
         }
     }
 
+    /// The child's id and type from an encoded entry, without decoding the rest: what a
+    /// plain listing returns. Both encodings start with the tag, the id and the mode (the
+    /// first field of an inline stat); the rest is checked when the entry is decoded.
+    pub fn head(v: &[u8]) -> FsResult<(InodeId, FileType)> {
+        let mut r = Reader::new(v, "dentry");
+        match r.u8()? {
+            TAG_INLINE | TAG_LINKED => {}
+            t => return Err(FsError::corrupt(format!("dentry: unknown tag {t}"))),
+        }
+        let id = InodeId(r.u64()?);
+        let kind = FileType::from_mode(r.u32()?)
+            .ok_or_else(|| FsError::corrupt("dentry: bad file type"))?;
+        Ok((id, kind))
+    }
+
     /// Decodes an entry value.
     pub fn decode(v: &[u8]) -> FsResult<Dentry> {
         let mut r = Reader::new(v, "dentry");
@@ -140,5 +155,50 @@ pub fn stat_offset(tag: u8) -> Option<usize> {
         TAG_INLINE => Some(1 + 8),
         TAG_INODE => Some(1),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::Timespec;
+
+    #[test]
+    fn an_entrys_head_is_what_decoding_it_gives() {
+        let now = Timespec { sec: 7, nsec: 9 };
+        let inline = Dentry::Inline {
+            id: InodeId(42),
+            inode: Inode {
+                stat: Stat::new(libc::S_IFLNK | 0o777, 1, 2, 1, now),
+                payload: b"target".to_vec(),
+            },
+        };
+        let linked = Dentry::Linked {
+            id: InodeId(43),
+            mode: libc::S_IFREG | 0o644,
+        };
+        for d in [inline, linked] {
+            let v = d.encode();
+            assert_eq!(
+                Dentry::head(&v).expect("head"),
+                (d.id(), d.kind().expect("kind"))
+            );
+        }
+    }
+
+    #[test]
+    fn a_damaged_entry_head_is_an_error() {
+        let good = Dentry::Linked {
+            id: InodeId(5),
+            mode: libc::S_IFDIR | 0o755,
+        }
+        .encode();
+        let mut bad_tag = good.clone();
+        bad_tag[0] = 9;
+        let mut bad_mode = good.clone();
+        bad_mode[9..13].copy_from_slice(&0u32.to_le_bytes());
+        for v in [&good[..5], &bad_tag[..], &bad_mode[..], &[][..]] {
+            assert!(Dentry::head(v).is_err(), "{v:?}");
+        }
     }
 }

@@ -174,3 +174,39 @@ fn filled_replies_resume_after_the_last_entry_taken() {
         e.fs.releasedir(fh).expect("releasedir");
     }
 }
+
+#[test]
+fn a_seek_back_across_read_ahead_scans_resumes_at_the_right_name() {
+    let e = env();
+    let n = fern_fs::READ_AHEAD * 2 + 100;
+    let dir = dir_with(&e, n);
+    let mut expect: Vec<String> = (0..n).map(|i| format!("f{i:03}")).collect();
+    expect.sort(); // name order: "f100" < "f1000" < "f101"
+    let fh = e.fs.opendir(dir).expect("opendir");
+    let all = e.fs.readdir(fh, 0, usize::MAX, false).expect("readdir");
+    assert_eq!(
+        names(&all),
+        expect,
+        "three scans, every entry once, in order"
+    );
+    for (i, (off, _)) in all.iter().enumerate() {
+        assert_eq!(*off, i as u64 + 1, "offsets are dense");
+    }
+    // Back into the first scan's entries: what follows is served again, in order, across the
+    // later scans' boundaries, and the offsets are the ones handed out before.
+    let at = 10;
+    let again =
+        e.fs.readdir(fh, at as u64, usize::MAX, false)
+            .expect("seek back");
+    assert_eq!(names(&again), expect[at..]);
+    assert_eq!(again.first().map(|(o, _)| *o), Some(at as u64 + 1));
+    // And with attributes: entries served again are read afresh and carry them.
+    let back = fern_fs::READ_AHEAD as u64 + 5;
+    let plus = e.fs.readdir(fh, back, 3, true).expect("readdirplus");
+    assert_eq!(names(&plus), expect[back as usize..back as usize + 3]);
+    assert!(plus.iter().all(|(_, d)| d.attr.is_some()));
+    for (_, d) in &plus {
+        e.fs.forget(d.ino, 1);
+    }
+    e.fs.releasedir(fh).expect("releasedir");
+}

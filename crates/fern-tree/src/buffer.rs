@@ -584,13 +584,10 @@ impl MsgBuffer {
             "reading an unsealed buffer (invariant N7)"
         );
         let start = self.first_at_or_after(lo);
-        for &o in &self.sorted[start..] {
-            let m = self.at(o);
-            if hi.is_some_and(|h| m.key >= h) {
-                break;
-            }
-            out.push(m);
-        }
+        let end = hi.map_or(self.sorted.len(), |h| self.first_at_or_after(h).max(start));
+        // One reservation for the whole run (a window of a freshly filled directory takes
+        // thousands of messages; growing `out` one push at a time copied it over and over).
+        out.extend(self.sorted[start..end].iter().map(|&o| self.at(o)));
     }
 
     /// Serializes as partition bytes: `count u32 | messages`.
