@@ -124,6 +124,24 @@ impl Basement {
         }
     }
 
+    /// Drops every row with a key at or after `key`.
+    pub(crate) fn truncate_at(&mut self, key: &[u8]) {
+        let r = self.lower_bound(key);
+        if let Some(&o) = self.offs.get(r) {
+            self.data.truncate(o as usize);
+            self.offs.truncate(r);
+        }
+    }
+
+    /// Drops every row with a key below `key`.
+    pub(crate) fn drop_before(&mut self, key: &[u8]) {
+        let r = self.lower_bound(key);
+        let cut = self.offs.get(r).map_or(self.data.len(), |&o| o as usize);
+        self.data.drain(..cut);
+        self.offs.drain(..r);
+        shift(&mut self.offs, -(cut as i64));
+    }
+
     /// Applies messages to the rows in one merge pass.
     ///
     /// `points` are point messages sorted by (key, msn); `ranges` are range deletes in MSN order.

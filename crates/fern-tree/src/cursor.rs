@@ -52,9 +52,16 @@ impl Cursor {
 
     fn load(&mut self, seek: Seek<'_>) -> Result<()> {
         let t = self.tree.clone();
-        let rows = t
-            .env
-            .read(&t, |ctx, root| betree::leaf_rows(ctx, root, seek))?;
+        // The upper bound as an exclusive key: what follows an included key is that key
+        // with a zero byte appended (the least key above it).
+        let upper = match &self.upper {
+            Bound::Unbounded => None,
+            Bound::Excluded(h) => Some(h.clone()),
+            Bound::Included(h) => Some([h.as_slice(), &[0]].concat()),
+        };
+        let rows = t.env.read(&t, |ctx, root| {
+            betree::leaf_rows(ctx, root, seek, upper.as_deref())
+        })?;
         self.leaf = Some(rows);
         Ok(())
     }
@@ -77,8 +84,8 @@ impl Cursor {
                 }
             }
             match leaf.hi.clone() {
-                Some(hi) => self.load(Seek::AtOrAfter(&hi))?,
-                None => {
+                Some(hi) if self.below_upper(&hi) => self.load(Seek::AtOrAfter(&hi))?,
+                _ => {
                     self.valid = false;
                     return Ok(());
                 }

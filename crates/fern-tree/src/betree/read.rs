@@ -123,8 +123,15 @@ pub(crate) struct LeafRows {
     pub hi: Option<Vec<u8>>,
 }
 
-/// Materializes a window of one leaf for a scan or cursor.
-pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<LeafRows> {
+/// Materializes a window of one leaf for a scan or cursor. `upper` (exclusive) is where a
+/// forward scan stops: the window ends there at the latest, so neither the messages nor the
+/// rows beyond it are touched.
+pub(crate) fn leaf_rows(
+    ctx: &Ctx<'_>,
+    root: NodeId,
+    seek: Seek<'_>,
+    upper: Option<&[u8]>,
+) -> Result<LeafRows> {
     let mut path: Vec<(SharedNode, usize)> = Vec::new();
     let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
     let mut id = root;
@@ -188,6 +195,29 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
     if last + 1 < nparts {
         hi = Some(pivots[last].clone());
     }
+    // A forward scan's end inside the window ends the window. Without it a scan of a few
+    // rows paid for every message pending over the whole window: in a young tree the leaves
+    // are nearly empty, so the window spans the whole leaf and listing one small directory
+    // applied the messages of all of them (F2's cold walk: 160 listings of 125 names, each
+    // sorting and merging the tree's ~20,000 pending creates).
+    let clamp = match (seek, upper) {
+        (Seek::AtOrAfter(k), Some(u)) if k < u && hi.as_deref().is_none_or(|h| u < h) => Some(u),
+        _ => None,
+    };
+    if let Some(u) = clamp {
+        last = last.min(child_before(pivots, u)).max(first);
+        hi = Some(u.to_vec());
+    }
+    // Likewise the seek key starts a forward window: the rows below it, and the messages
+    // for them, are not what the scan asked for (listing the hundredth directory of a young
+    // tree merged the creates of the ninety-nine before it).
+    let start_at = match seek {
+        Seek::AtOrAfter(k) if !k.is_empty() && lo.as_deref().is_none_or(|l| l < k) => Some(k),
+        _ => None,
+    };
+    if let Some(k) = start_at {
+        lo = Some(k.to_vec());
+    }
     // Pending messages for the window, from every ancestor and the leaf's deltas, in (key,
     // MSN) order.
     let deltas = leaf_deltas(ctx, &path, None)?;
@@ -228,9 +258,20 @@ pub(crate) fn leaf_rows(ctx: &Ctx<'_>, root: NodeId, seek: Seek<'_>) -> Result<L
                 .filter(|r| intersects(r.key, r.payload, blo, bhi))
                 .copied(),
         );
-        if start < end || !scratch.is_empty() {
+        // The window holds exactly the keys in [lo, hi): rows of a clamped window's last
+        // basement at or past its end, and of its first below its start, go (the messages
+        // for them were not applied).
+        let cut = clamp.filter(|&u| j == last && b.lower_bound(u) < b.len());
+        let skip = start_at.filter(|&k| j == first && b.lower_bound(k) > 0);
+        if start < end || !scratch.is_empty() || cut.is_some() || skip.is_some() {
             let mut b = Basement::clone(b);
+            if let Some(k) = skip {
+                b.drop_before(k);
+            }
             b.apply(&points[start..end], &scratch, ctx.upserts)?;
+            if let Some(u) = cut {
+                b.truncate_at(u);
+            }
             rows.push(Arc::new(b));
         } else {
             rows.push(b.clone()); // shared with the cache: no copy
