@@ -10,7 +10,7 @@
 //! freed pages for [`budgeted_decay_ms`] only — long enough to reuse a buffer within a burst,
 //! short enough that a second of churn never piles up — and the governor returns them at once
 //! near the budget: a thread samples the process's anonymous resident memory every
-//! [`SAMPLE_EVERY`]; above [`TIGHT_FROM`] of the budget it purges the allocator and sets decay 0,
+//! [`SAMPLE_EVERY`] when near the threshold (less often the farther it is: [`sample_after`]); above [`TIGHT_FROM`] of the budget it purges the allocator and sets decay 0,
 //! and below [`LOOSE_BELOW`] it restores [`budgeted_decay_ms`]. The governor alone was not
 //! enough: on a busy machine its thread waits for a CPU while the engine keeps freeing, and with
 //! 1 s of freed pages kept, E1 inside a 32 MiB limit equal to its budget was OOM-killed at 31.6
@@ -23,8 +23,26 @@
 
 use std::time::Duration;
 
-/// How often the governor samples the process's memory.
+/// How often the governor samples the process's memory when it is near the point where it
+/// acts; farther away it samples less often ([`sample_after`]).
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+/// The longest wait between two samples.
+const SAMPLE_AT_MOST: Duration = Duration::from_secs(1);
+/// The fastest the process's anonymous memory is assumed to grow, in bytes per second: what
+/// faulting in fresh pages allows on these machines, with room to spare (a fault costs
+/// ~1 µs per 4 KiB page, 4 GiB/s).
+const FASTEST_GROWTH: u64 = 4 << 30;
+
+/// How long the governor may wait before the next sample, with `anon` bytes in use and
+/// action due at `tight_from`: the time memory growing at [`FASTEST_GROWTH`] needs to get
+/// there, between [`SAMPLE_EVERY`] and [`SAMPLE_AT_MOST`]. A daemon far inside its budget
+/// (the default budget of a mount is up to 1 GiB) would otherwise wake 200 times a second for
+/// nothing — a read of `/proc` each time, on a CPU the requests need.
+pub fn sample_after(anon: u64, tight_from: u64) -> Duration {
+    let headroom = tight_from.saturating_sub(anon);
+    let wait = Duration::from_micros(headroom.saturating_mul(1_000_000) / FASTEST_GROWTH);
+    wait.clamp(SAMPLE_EVERY, SAMPLE_AT_MOST)
+}
 /// Above this share of the budget (eighths), freed pages go back to the kernel at once.
 pub const TIGHT_FROM: u64 = 6;
 /// Below this share of the budget (eighths), the allocator keeps freed pages again.
@@ -51,11 +69,13 @@ pub fn govern(budget: u64) {
             set_decay(loose_decay);
             let (tight_from, loose_below) = (budget / 8 * TIGHT_FROM, budget / 8 * LOOSE_BELOW);
             let mut tight = false;
+            let mut wait = SAMPLE_EVERY;
             loop {
-                std::thread::sleep(SAMPLE_EVERY);
+                std::thread::sleep(wait);
                 let Some(anon) = anonymous_resident() else {
                     return; // no /proc: nothing to govern by
                 };
+                wait = sample_after(anon, tight_from);
                 if !tight && anon > tight_from {
                     tight = true;
                     set_decay(0);
@@ -215,6 +235,21 @@ mod tests {
         if (DEFAULT_BUDGET_MIN * 16..=DEFAULT_BUDGET_MAX * 16).contains(&ram) {
             assert_eq!(b, ram / 16);
         }
+    }
+
+    #[test]
+    fn the_governor_samples_often_only_near_its_threshold() {
+        let mib = 1u64 << 20;
+        // E1 inside 32 MiB: action at 24 MiB, 4 MiB away: every 5 ms.
+        assert_eq!(sample_after(20 * mib, 24 * mib), SAMPLE_EVERY);
+        assert_eq!(sample_after(30 * mib, 24 * mib), SAMPLE_EVERY);
+        // A daemon using 100 MiB of a 1 GiB budget: action at 768 MiB, 668 MiB away.
+        let far = sample_after(100 * mib, 768 * mib);
+        assert!(
+            far > Duration::from_millis(100) && far < Duration::from_millis(200),
+            "{far:?}"
+        );
+        assert_eq!(sample_after(0, u64::MAX), SAMPLE_AT_MOST);
     }
 
     #[test]
