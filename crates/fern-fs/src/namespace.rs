@@ -190,6 +190,15 @@ impl Fs {
                 }
             }
         };
+        let delta = StatDelta {
+            mtime: Some(now),
+            ctime: Some(now),
+            nlink_add: is_dir.then_some(1),
+            ..StatDelta::default()
+        };
+        // The parent's mirrored stat, kept current across the commit below (the kernel asks
+        // for the parent's attributes after every create: they changed).
+        let parent_before = self.inodes.stat(parent);
         let existing = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
             self.dir_alive(&*txn, parent, &ploc)?;
             if !known_absent {
@@ -217,12 +226,6 @@ impl Fs {
                 // unlink elsewhere can come between (no separate put and re-read).
                 self.register_with_create(txn.batch(), id);
             }
-            let delta = StatDelta {
-                mtime: Some(now),
-                ctime: Some(now),
-                nlink_add: is_dir.then_some(1),
-                ..StatDelta::default()
-            };
             self.upsert_stat(txn.batch(), parent, &ploc, &delta)?;
             if is_dir {
                 txn.batch().put(
@@ -252,6 +255,7 @@ impl Fs {
             self.inodes.pin(d.id(), loc, found_kind);
             return Ok((self.attr_of(d.id(), &found)?, false));
         }
+        self.stat_applied(parent, parent_before, &delta);
         self.names.insert(parent, name);
         if is_dir {
             self.dirents.put(parent, name, id, new_loc());
@@ -379,7 +383,7 @@ impl Fs {
         // again, so the read cannot be stale when it counts.
         // A removal frees space, so a full store admits it (format.md, B12).
         let mut attempt = 0;
-        let (id, fate, _g) = transact_opts(&*self.kv, &self.policy, |txn| {
+        let (id, fate, _g, parent_before, pd) = transact_opts(&*self.kv, &self.policy, |txn| {
             attempt += 1;
             let (d, g) = match self.known_inline_file(parent, name, dir) {
                 Some(known) => known,
@@ -395,6 +399,8 @@ impl Fs {
             };
             let id = d.id();
             let (ploc, _) = self.loc(parent)?;
+            // Under the parent's lock: kept current across the commit, as `make_node` does.
+            let parent_before = self.inodes.stat(parent);
             txn.batch().delete(self.t.dentry, key.clone());
             let mut pd = StatDelta {
                 mtime: Some(now),
@@ -407,8 +413,12 @@ impl Fs {
             }
             self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
             let (fate, freed) = self.drop_link(txn, attempt, d, now)?;
-            Ok(((id, fate, g), WriteOptions::NO_SYNC.freeing(freed)))
+            Ok((
+                (id, fate, g, parent_before, pd),
+                WriteOptions::NO_SYNC.freeing(freed),
+            ))
         })?;
+        self.stat_applied(parent, parent_before, &pd);
         self.names.remove(parent, name);
         self.dirents.forget(parent, name);
         if dir {

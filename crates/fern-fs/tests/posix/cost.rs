@@ -481,3 +481,53 @@ fn unlinking_deletes_only_rows_that_may_exist() {
         assert_eq!(e.keys_in("fs.inode"), 1, "only the root's record is left");
     }
 }
+
+#[test]
+fn a_directory_changed_by_create_unlink_mkdir_or_rmdir_answers_getattr_without_reading() {
+    let e = env();
+    let cred = fern_fs::Cred::root();
+    let root = fern_fs::InodeId::ROOT;
+    let d = e.fs.mkdir(&cred, root, b"d", 0o755).expect("mkdir").ino;
+    e.fs.getattr(d).expect("getattr"); // the mirror holds d's stat from here on
+    let fresh = || {
+        let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+        ro.lookup(root, b"d").expect("fresh lookup")
+    };
+    let flags = OpenFlags {
+        write: true,
+        exclusive: true,
+        ..OpenFlags::default()
+    };
+    type Change<'a> = Box<dyn Fn() + 'a>;
+    let changes: [(&str, Change); 4] = [
+        (
+            "create",
+            Box::new(|| {
+                let (_, fh) = e.fs.create(&cred, d, b"f", 0o644, flags).expect("create");
+                e.fs.release(fh).expect("release");
+            }),
+        ),
+        (
+            "mkdir",
+            Box::new(|| {
+                e.fs.mkdir(&cred, d, b"s", 0o755).expect("mkdir");
+            }),
+        ),
+        ("unlink", Box::new(|| e.fs.unlink(d, b"f").expect("unlink"))),
+        ("rmdir", Box::new(|| e.fs.rmdir(d, b"s").expect("rmdir"))),
+    ];
+    for (what, change) in changes {
+        std::thread::sleep(std::time::Duration::from_millis(2)); // a new mtime each time
+        change();
+        let reads = e.store.reads();
+        let a = e.fs.getattr(d).expect("getattr");
+        if e.sole() {
+            assert_eq!(
+                e.store.reads() - reads,
+                0,
+                "getattr after {what} read the stat"
+            );
+        }
+        assert_eq!(a, fresh(), "after {what} the mirror differs from the store");
+    }
+}
