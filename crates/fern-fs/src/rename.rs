@@ -189,17 +189,30 @@ impl Fs {
                 nlink_add: (n != 0).then_some(n),
                 ..StatDelta::default()
             };
-            if parent == newparent {
-                self.upsert_stat(txn.batch(), parent, &ploc, &delta(p_nlink + q_nlink))?;
+            // Each parent's changed stat, with its mirrored value before (read under its
+            // lock, which `guard` holds): kept current across the commit, as creates do.
+            let parents = if parent == newparent {
+                vec![(parent, &ploc, delta(p_nlink + q_nlink))]
             } else {
-                self.upsert_stat(txn.batch(), parent, &ploc, &delta(p_nlink))?;
-                self.upsert_stat(txn.batch(), newparent, &nploc, &delta(q_nlink))?;
+                vec![
+                    (parent, &ploc, delta(p_nlink)),
+                    (newparent, &nploc, delta(q_nlink)),
+                ]
+            };
+            let mut stats = Vec::with_capacity(parents.len());
+            for (dir, loc, d) in parents {
+                let before = self.inodes.stat(dir);
+                self.upsert_stat(txn.batch(), dir, loc, &d)?;
+                stats.push((dir, before, d));
             }
-            Ok(Some((cur_src, dst, dst_fate, guard)))
+            Ok(Some((cur_src, dst, dst_fate, guard, stats)))
         })?;
-        let Some((moved, dst, dst_fate, _guard)) = outcome else {
+        let Some((moved, dst, dst_fate, _guard, stats)) = outcome else {
             return Ok(());
         };
+        for (dir, before, d) in stats {
+            self.stat_applied(dir, before, &d);
+        }
         // Both names now lead elsewhere (or nowhere); still under both parents' locks.
         self.dirents.forget(parent, name);
         self.dirents.forget(newparent, newname);

@@ -483,7 +483,7 @@ fn unlinking_deletes_only_rows_that_may_exist() {
 }
 
 #[test]
-fn a_directory_changed_by_create_unlink_mkdir_or_rmdir_answers_getattr_without_reading() {
+fn a_directory_changed_by_create_unlink_mkdir_rmdir_or_rename_answers_getattr_without_reading() {
     let e = env();
     let cred = fern_fs::Cred::root();
     let root = fern_fs::InodeId::ROOT;
@@ -499,13 +499,18 @@ fn a_directory_changed_by_create_unlink_mkdir_or_rmdir_answers_getattr_without_r
         ..OpenFlags::default()
     };
     type Change<'a> = Box<dyn Fn() + 'a>;
-    let changes: [(&str, Change); 4] = [
+    e.fs.getattr(root).expect("getattr");
+    let changes: [(&str, Change); 6] = [
         (
             "create",
             Box::new(|| {
-                let (_, fh) = e.fs.create(&cred, d, b"f", 0o644, flags).expect("create");
+                let (_, fh) = e.fs.create(&cred, d, b"g", 0o644, flags).expect("create");
                 e.fs.release(fh).expect("release");
             }),
+        ),
+        (
+            "rename",
+            Box::new(|| e.fs.rename(d, b"g", d, b"f", 0).expect("rename")),
         ),
         (
             "mkdir",
@@ -515,6 +520,13 @@ fn a_directory_changed_by_create_unlink_mkdir_or_rmdir_answers_getattr_without_r
         ),
         ("unlink", Box::new(|| e.fs.unlink(d, b"f").expect("unlink"))),
         ("rmdir", Box::new(|| e.fs.rmdir(d, b"s").expect("rmdir"))),
+        (
+            "rename to another directory",
+            Box::new(|| {
+                e.fs.mkdir(&cred, d, b"t", 0o755).expect("mkdir");
+                e.fs.rename(d, b"t", root, b"t", 0).expect("rename");
+            }),
+        ),
     ];
     for (what, change) in changes {
         std::thread::sleep(std::time::Duration::from_millis(2)); // a new mtime each time
@@ -530,4 +542,16 @@ fn a_directory_changed_by_create_unlink_mkdir_or_rmdir_answers_getattr_without_r
         }
         assert_eq!(a, fresh(), "after {what} the mirror differs from the store");
     }
+    // The other parent of the last rename too (its nlink went up by one).
+    let reads = e.store.reads();
+    let r = e.fs.getattr(root).expect("getattr");
+    if e.sole() {
+        assert_eq!(
+            e.store.reads() - reads,
+            0,
+            "getattr of the new parent read its stat"
+        );
+    }
+    let ro = Fs::mount_read_only(e.store.clone()).expect("mount");
+    assert_eq!(r, ro.getattr(root).expect("fresh getattr"));
 }
