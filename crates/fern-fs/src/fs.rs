@@ -357,7 +357,7 @@ impl Fs {
     /// The stat location of an inode this mount knows.
     pub(crate) fn loc(&self, ino: InodeId) -> FsResult<(Loc, FileType)> {
         match self.inodes.with(ino, |k| {
-            (k.loc != Loc::Gone).then(|| (k.loc.clone(), k.kind))
+            (!matches!(k.loc, Loc::Gone)).then(|| (k.loc.clone(), k.kind))
         }) {
             Some(Some(found)) => Ok(found),
             // On a shared store the kernel may still name an inode freed here by a last close
