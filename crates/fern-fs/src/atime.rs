@@ -117,8 +117,7 @@ impl Fs {
             atime: Some(now),
             ..StatDelta::default()
         };
-        let before = self.inodes.stat(ino);
-        self.upsert_stat(&mut b, ino, &loc, &d)?;
+        let before = self.upsert_stat(&mut b, ino, &loc, &d)?;
         match self.kv.write(b, WriteOptions::NO_SYNC) {
             Ok(()) => {
                 self.stat_applied(ino, before, &d);

@@ -373,11 +373,14 @@ impl Inodes {
     }
 
     /// Forgets the mirrored stat of `id`: a stat write of it is about to commit. The caller
-    /// holds `id`'s lock, so no one sets it again before the write has committed.
-    pub(crate) fn drop_stat(&self, id: InodeId) {
-        if let Some(k) = self.table.lock().map.get_mut(&id) {
-            k.stat = None;
-        }
+    /// holds `id`'s lock, so no one sets it again before the write has committed. Returns what
+    /// was mirrored: the value before that write.
+    pub(crate) fn drop_stat(&self, id: InodeId) -> Option<crate::attr::Stat> {
+        self.table
+            .lock()
+            .map
+            .get_mut(&id)
+            .and_then(|k| k.stat.take())
     }
 
     /// Mirrors `stat` for `id`, which the caller read or computed from the store's value while

@@ -202,8 +202,7 @@ impl Fs {
                     n = slot as usize;
                     self.write_extent(&mut b, xt, ino, pos / slot, &data[done..done + n])?;
                     let after = self.shape_after_write(ino, &shape, pos, pos + n as u64)?;
-                    let before = self.inodes.stat(ino);
-                    let d = self.write_stat_after(
+                    let (d, before) = self.write_stat_after(
                         &mut b,
                         ino,
                         &loc,
@@ -255,8 +254,7 @@ impl Fs {
                 p += take;
             }
             let after = self.shape_after_write(ino, &shape, pos, pos + n as u64)?;
-            let before = self.inodes.stat(ino);
-            let d =
+            let (d, before) =
                 self.write_stat_after(&mut b, ino, &loc, pos + n as u64, now, kill_suid, after)?;
             self.kv.write(b, WriteOptions::NO_SYNC)?;
             self.stat_applied(ino, before, &d);
@@ -267,7 +265,8 @@ impl Fs {
         Ok(data.len())
     }
 
-    /// Appends the stat change of a write ending at `end`, and returns it (for the stat mirror).
+    /// Appends the stat change of a write ending at `end`, and returns it with the mirrored
+    /// stat before it (for [`Fs::stat_applied`] after the commit).
     #[allow(clippy::too_many_arguments)]
     fn write_stat_after(
         &self,
@@ -278,7 +277,7 @@ impl Fs {
         now: Timespec,
         kill_suid: bool,
         after: crate::stored::Shape,
-    ) -> FsResult<StatDelta> {
+    ) -> FsResult<(StatDelta, Option<crate::attr::Stat>)> {
         let d = StatDelta {
             size_at_least: Some(end),
             mtime: Some(now),
@@ -288,8 +287,8 @@ impl Fs {
             stored_blocks: Some(after.stored),
             ..StatDelta::default()
         };
-        self.upsert_stat(b, ino, loc, &d)?;
-        Ok(d)
+        let before = self.upsert_stat(b, ino, loc, &d)?;
+        Ok((d, before))
     }
 
     /// The encoded [`FN_BLOCK`] argument of `op`, with this file system's block size (so the

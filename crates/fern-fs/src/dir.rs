@@ -346,7 +346,6 @@ impl Fs {
                 continue;
             };
             let off = c.returned.len() as u64 + 1;
-            let scanned = l.scanned.take();
             let full = if plus {
                 let e = DirEntry {
                     name: l.name().to_vec(),
@@ -354,7 +353,7 @@ impl Fs {
                     kind: l.kind,
                     attr: None,
                 };
-                match self.fresh_plus(dir, e, scanned) {
+                match self.fresh_plus(dir, e, l.scanned.take()) {
                     Ok(Some(e)) => {
                         let full = add(off, &e);
                         if full {

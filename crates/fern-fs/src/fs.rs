@@ -409,20 +409,21 @@ impl Fs {
         }
     }
 
-    /// Appends a blind stat update of `ino` at `loc`.
+    /// Appends a blind stat update of `ino` at `loc`. Returns the stat the mirror held until
+    /// now (`None`: not mirrored): once the batch has committed, the caller, still holding
+    /// `ino`'s lock, passes it to [`Fs::stat_applied`].
     pub(crate) fn upsert_stat(
         &self,
         b: &mut WriteBatch,
         ino: InodeId,
         loc: &Loc,
         d: &StatDelta,
-    ) -> FsResult<()> {
+    ) -> FsResult<Option<Stat>> {
         let (tree, key) = self.stat_key(ino, loc)?;
         b.upsert(tree, key, FN_STAT, d.encode());
         // The caller holds `ino`'s lock: the mirror stays empty until the write has committed
         // and the lock's holder (or a later one) sets it from the store's value.
-        self.inodes.drop_stat(ino);
-        Ok(())
+        Ok(self.inodes.drop_stat(ino))
     }
 
     /// The stat of `ino` for a caller holding its lock: the mirror, or one read of the store
@@ -438,8 +439,8 @@ impl Fs {
     }
 
     /// After a committed blind stat update `d` of `ino` (the caller still holding its lock):
-    /// the mirror becomes `before` (the mirror's value taken before the batch was built) with
-    /// `d` applied, which is what the store now holds. `None` when nothing was mirrored.
+    /// the mirror becomes `before` (what [`Fs::upsert_stat`] returned) with `d` applied, which
+    /// is what the store now holds. `None` when nothing was mirrored.
     pub(crate) fn stat_applied(
         &self,
         ino: InodeId,

@@ -200,8 +200,7 @@ impl Fs {
         if let Some(t) = sa.ctime {
             d.ctime = Some(t);
         }
-        let before = self.inodes.stat(ino);
-        self.upsert_stat(&mut b, ino, &loc, &d)?;
+        let before = self.upsert_stat(&mut b, ino, &loc, &d)?;
         // A truncate frees space, so a full store admits it (format.md, B12).
         let opts = match sa.size {
             Some(_) => WriteOptions::NO_SYNC.freeing(0),

@@ -198,7 +198,7 @@ impl Fs {
         };
         // The parent's mirrored stat, kept current across the commit below (the kernel asks
         // for the parent's attributes after every create: they changed).
-        let parent_before = self.inodes.stat(parent);
+        let mut parent_before = None;
         let existing = transact(&*self.kv, &self.policy, WriteOptions::NO_SYNC, |txn| {
             self.dir_alive(&*txn, parent, &ploc)?;
             if !known_absent {
@@ -226,7 +226,7 @@ impl Fs {
                 // unlink elsewhere can come between (no separate put and re-read).
                 self.register_with_create(txn.batch(), id);
             }
-            self.upsert_stat(txn.batch(), parent, &ploc, &delta)?;
+            parent_before = self.upsert_stat(txn.batch(), parent, &ploc, &delta)?;
             if is_dir {
                 txn.batch().put(
                     self.t.dirparent,
@@ -399,8 +399,6 @@ impl Fs {
             };
             let id = d.id();
             let (ploc, _) = self.loc(parent)?;
-            // Under the parent's lock: kept current across the commit, as `make_node` does.
-            let parent_before = self.inodes.stat(parent);
             txn.batch().delete(self.t.dentry, key.clone());
             let mut pd = StatDelta {
                 mtime: Some(now),
@@ -411,7 +409,8 @@ impl Fs {
                 pd.nlink_add = Some(-1);
                 self.remove_dir_keys(txn, id)?;
             }
-            self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
+            // Under the parent's lock: kept current across the commit, as `make_node` does.
+            let parent_before = self.upsert_stat(txn.batch(), parent, &ploc, &pd)?;
             let (fate, freed) = self.drop_link(txn, attempt, d, now)?;
             Ok((
                 (id, fate, g, parent_before, pd),

@@ -65,7 +65,7 @@ impl Dentry {
             Dentry::Inline { inode, .. } => inode.stat.mode,
             Dentry::Linked { mode, .. } => *mode,
         };
-        FileType::from_mode(mode).ok_or_else(|| FsError::corrupt("dentry: bad file type"))
+        kind_of(mode)
     }
 
     /// Encodes the entry.
@@ -96,9 +96,7 @@ impl Dentry {
             t => return Err(FsError::corrupt(format!("dentry: unknown tag {t}"))),
         }
         let id = InodeId(r.u64()?);
-        let kind = FileType::from_mode(r.u32()?)
-            .ok_or_else(|| FsError::corrupt("dentry: bad file type"))?;
-        Ok((id, kind))
+        Ok((id, kind_of(r.u32()?)?))
     }
 
     /// Decodes an entry value.
@@ -123,6 +121,11 @@ impl Dentry {
         r.end()?;
         Ok(d)
     }
+}
+
+/// The type an entry's mode names.
+fn kind_of(mode: u32) -> FsResult<FileType> {
+    FileType::from_mode(mode).ok_or_else(|| FsError::corrupt("dentry: bad file type"))
 }
 
 impl Inode {

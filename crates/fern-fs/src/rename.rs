@@ -201,8 +201,7 @@ impl Fs {
             };
             let mut stats = Vec::with_capacity(parents.len());
             for (dir, loc, d) in parents {
-                let before = self.inodes.stat(dir);
-                self.upsert_stat(txn.batch(), dir, loc, &d)?;
+                let before = self.upsert_stat(txn.batch(), dir, loc, &d)?;
                 stats.push((dir, before, d));
             }
             Ok(Some((cur_src, dst, dst_fate, guard, stats)))

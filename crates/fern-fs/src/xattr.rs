@@ -73,7 +73,8 @@ impl Fs {
                     ctime: Some(now),
                     ..StatDelta::default()
                 },
-            )
+            )?;
+            Ok(())
         })
     }
 

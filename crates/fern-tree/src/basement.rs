@@ -36,13 +36,13 @@ fn shift(offs: &mut [u32], delta: i64) {
     }
 }
 
-/// Appends one packed row.
-#[inline]
 /// The length of the row `put_row` writes.
 fn row_len(key: &[u8], value: &[u8]) -> usize {
     varint_len(key.len() as u64) + varint_len(value.len() as u64) + key.len() + value.len()
 }
 
+/// Appends one packed row.
+#[inline]
 fn put_row(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
     put_varint(out, key.len() as u64);
     put_varint(out, value.len() as u64);

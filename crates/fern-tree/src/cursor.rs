@@ -19,6 +19,9 @@ pub struct Cursor {
     pos: (usize, usize),
     valid: bool,
     upper: Bound<Vec<u8>>,
+    /// `upper` as an exclusive key, where a window ends at the latest: what follows an
+    /// included key is that key with a zero byte appended (the least key above it).
+    window_end: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Cursor {
@@ -38,6 +41,7 @@ impl Cursor {
             pos: (0, 0),
             valid: false,
             upper: Bound::Unbounded,
+            window_end: None,
         }
     }
 
@@ -48,20 +52,19 @@ impl Cursor {
             Bound::Included(k) => Bound::Included(k.to_vec()),
             Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
         };
+        self.window_end = match hi {
+            Bound::Unbounded => None,
+            Bound::Excluded(k) => Some(k.to_vec()),
+            Bound::Included(k) => Some([k, &[0]].concat()),
+        };
     }
 
     fn load(&mut self, seek: Seek<'_>) -> Result<()> {
         let t = self.tree.clone();
-        // The upper bound as an exclusive key: what follows an included key is that key
-        // with a zero byte appended (the least key above it).
-        let upper = match &self.upper {
-            Bound::Unbounded => None,
-            Bound::Excluded(h) => Some(h.clone()),
-            Bound::Included(h) => Some([h.as_slice(), &[0]].concat()),
-        };
-        let rows = t.env.read(&t, |ctx, root| {
-            betree::leaf_rows(ctx, root, seek, upper.as_deref())
-        })?;
+        let end = self.window_end.as_deref();
+        let rows = t
+            .env
+            .read(&t, |ctx, root| betree::leaf_rows(ctx, root, seek, end))?;
         self.leaf = Some(rows);
         Ok(())
     }

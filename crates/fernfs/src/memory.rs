@@ -9,9 +9,10 @@
 //! throughput (every node-sized buffer faulted in fresh). So a process with a budget keeps
 //! freed pages for [`budgeted_decay_ms`] only — long enough to reuse a buffer within a burst,
 //! short enough that a second of churn never piles up — and the governor returns them at once
-//! near the budget: a thread samples the process's anonymous resident memory every
-//! [`SAMPLE_EVERY`] when near the threshold (less often the farther it is: [`sample_after`]); above [`TIGHT_FROM`] of the budget it purges the allocator and sets decay 0,
-//! and below [`LOOSE_BELOW`] it restores [`budgeted_decay_ms`]. The governor alone was not
+//! near the budget: a thread samples the process's anonymous resident memory (every
+//! [`SAMPLE_EVERY`] near the threshold, less often the farther it is: [`sample_after`]); above
+//! [`TIGHT_FROM`] of the budget it purges the allocator and sets decay 0, and below
+//! [`LOOSE_BELOW`] it restores [`budgeted_decay_ms`]. The governor alone was not
 //! enough: on a busy machine its thread waits for a CPU while the engine keeps freeing, and with
 //! 1 s of freed pages kept, E1 inside a 32 MiB limit equal to its budget was OOM-killed at 31.6
 //! MiB of anonymous memory in 4–5 of 10 runs beside other tests (BENCHMARKS.md, "The engines
@@ -43,6 +44,7 @@ pub fn sample_after(anon: u64, tight_from: u64) -> Duration {
     let wait = Duration::from_micros(headroom.saturating_mul(1_000_000) / FASTEST_GROWTH);
     wait.clamp(SAMPLE_EVERY, SAMPLE_AT_MOST)
 }
+
 /// Above this share of the budget (eighths), freed pages go back to the kernel at once.
 pub const TIGHT_FROM: u64 = 6;
 /// Below this share of the budget (eighths), the allocator keeps freed pages again.
