@@ -255,7 +255,7 @@ impl TreeStore {
                 .get(id.0 as usize)
                 .ok_or(KvError::InvalidTree(id))
         };
-        let mut out = fern_tree::WriteBatch::new();
+        let mut out = fern_tree::WriteBatch::with_capacity(batch.ops().len());
         let mut extents = data.into_iter().peekable();
         for (i, op) in batch.ops().iter().enumerate() {
             let t = handle(op.tree())?;

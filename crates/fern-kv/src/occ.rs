@@ -11,7 +11,9 @@
 //! `s`, every read equals the state at `s` and the transaction serializes at its commit point.
 //! Backends validate ([`ConflictTracker::conflicts`], through the `validate` callback of
 //! [`OccBackend::apply_validated`]) and [`ConflictTracker::record`] under the same lock that
-//! makes their batch application atomic, so no commit slips between the two.
+//! makes their batch application atomic, so no commit slips between the two. A committing
+//! transaction leaves the open set once validated, before its batch is recorded: a commit
+//! only needs recording for transactions other than itself that began before it.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -239,14 +241,25 @@ impl<B: OccBackend + ?Sized> KvTxn for OccTxn<'_, B> {
         };
         let store = self.store;
         let reads = &self.reads;
+        let ended = std::cell::Cell::new(false);
         let result = store.apply_validated(&self.batch, opts, &|| {
-            if store.tracker().conflicts(start, &reads.borrow()) {
+            let conflict = store.tracker().conflicts(start, &reads.borrow());
+            // Validated (or refused), this transaction needs the write log no more: it leaves
+            // the open set here, under the apply lock, so that when it was the only open
+            // transaction — one request at a time, the usual mount — the backend's `record`
+            // of its own batch finds nobody to keep it for and copies no key.
+            if !ended.replace(true) {
+                store.tracker().end(start);
+            }
+            if conflict {
                 Err(KvError::Conflict)
             } else {
                 Ok(())
             }
         });
-        store.tracker().end(start);
+        if !ended.get() {
+            store.tracker().end(start);
+        }
         result
     }
 }

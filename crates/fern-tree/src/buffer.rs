@@ -35,6 +35,12 @@ pub(crate) struct MsgBuffer {
     /// hint: every answer found through it is checked against the keys beside it before it is
     /// used ([`MsgBuffer::first_at_or_after`]).
     heads: Vec<u64>,
+    /// Whether the last [`MsgBuffer::seal_coalescing`] left an upsert queued behind another
+    /// message for its key that it did not fold into — the only way a key's run of messages
+    /// grows toward a hot key (flush.rs `cool_hot_keys`); `true` when the round was not
+    /// examined. An insert or delete replaces the message before it, and an upsert with a
+    /// merge function folds into it, so most rounds need no hot-key search at all.
+    upsert_run_grew: bool,
 }
 
 /// Fewest messages a decoded buffer keeps [`MsgBuffer::heads`] for: below it a binary search
@@ -207,6 +213,8 @@ impl MsgBuffer {
     ///
     /// `hint`: the round's likely order by key, as for [`MsgBuffer::seal_hinted`].
     pub(crate) fn seal_coalescing(&mut self, upserts: &UpsertRegistry, hint: Option<&[u32]>) {
+        // Until the round is examined, any upsert in it may have lengthened a run.
+        self.upsert_run_grew = !self.pending.is_empty();
         let places = self.coalesce_pending(upserts, hint);
         self.seal_at(places, hint);
         if self.frozen == 0 && self.dead >= COMPACT_DEAD_BYTES && self.dead * 2 >= self.data.len() {
@@ -236,6 +244,7 @@ impl MsgBuffer {
             Vec::with_capacity(self.pending.len());
         let mut kill: Vec<u32> = Vec::new();
         let mut changed = false;
+        let mut grew = false;
         {
             let data = &self.data;
             let sorted = &self.sorted;
@@ -267,12 +276,14 @@ impl MsgBuffer {
                 let mut slot = Slot::Here(off);
                 let mut place = None;
                 let at;
+                // Whether an older message for this key stays buffered before this one.
+                let mut behind = false;
                 if let Some(j) = last.get(m.key) {
                     // The previous message for this key came in this round.
                     at = out[j].as_ref().map_or_else(|| search(i, m.key), |e| e.2);
                     if let Some((prev, prev_place, _)) = &out[j] {
                         match coalesce(&prev.view(data), &m, upserts) {
-                            Coalesced::No => {}
+                            Coalesced::No => behind = true,
                             Coalesced::DropOlder => {
                                 place = *prev_place;
                                 out[j] = None;
@@ -288,11 +299,9 @@ impl MsgBuffer {
                     // The previous message for this key, if any, is the last sealed one; a
                     // newer range delete covering the key stands between them.
                     at = search(i, m.key);
+                    behind = at > 0 && key_at(data, self.sorted[at - 1]) == m.key;
                     // A message being flushed (DF3) is never coalesced into.
-                    if at > 0
-                        && self.sorted[at - 1] as usize >= self.frozen
-                        && key_at(data, self.sorted[at - 1]) == m.key
-                    {
+                    if behind && self.sorted[at - 1] as usize >= self.frozen {
                         let prev_off = self.sorted[at - 1];
                         let prev = MsgRef::decode_trusted(data, prev_off as usize);
                         let cut = self.ranges.iter().any(|&r| {
@@ -303,10 +312,12 @@ impl MsgBuffer {
                             match coalesce(&prev, &m, upserts) {
                                 Coalesced::No => {}
                                 Coalesced::DropOlder => {
+                                    behind = false;
                                     kill.push(prev_off);
                                     place = Some(at - 1);
                                 }
                                 Coalesced::Replace(b) => {
+                                    behind = false;
                                     kill.push(prev_off);
                                     place = Some(at - 1);
                                     slot = Slot::Made(b);
@@ -316,9 +327,11 @@ impl MsgBuffer {
                     }
                 }
                 changed |= place.is_some() || matches!(slot, Slot::Made(_));
+                grew |= behind && m.kind == Kind::Upsert;
                 last.insert(m.key, out.len());
                 out.push(Some((slot, place, at)));
             }
+            self.upsert_run_grew = grew;
             if !changed && out.iter().all(Option::is_some) {
                 return Some(Places {
                     at: out.iter().flatten().map(|e| e.2).collect(),
@@ -562,8 +575,14 @@ impl MsgBuffer {
         end - start
     }
 
+    /// Whether the last coalescing seal may have lengthened some key's run of upserts (see
+    /// [`MsgBuffer::upsert_run_grew`]): when not, no key of that round is hotter than before.
+    pub(crate) fn upsert_run_grew(&self) -> bool {
+        self.upsert_run_grew
+    }
+
     /// Whether at least `n` (≥ 1) point messages for exactly `key` are buffered: one search and
-    /// one comparison, for the hot-key check every write makes.
+    /// one comparison, for the hot-key check a write makes when a run grew.
     pub(crate) fn has_at_least_for_key(&self, key: &[u8], n: usize) -> bool {
         debug_assert!(
             self.pending.is_empty(),
@@ -615,6 +634,8 @@ impl MsgBuffer {
             dead: 0,
             frozen: 0,
             heads: Vec::new(),
+            // Set by each coalescing seal for its own round; none has happened here.
+            upsert_run_grew: false,
         };
         let mut last = Msn(0);
         let mut points = Vec::with_capacity(count.min(raw.len() / 10));
@@ -872,6 +893,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::ids::UpsertId;
 
     proptest! {
         /// The searches with the past-the-end shortcut answer as a plain binary search would,
@@ -1040,6 +1062,50 @@ mod tests {
             plain.seal_coalescing(&upserts, None);
             hinted.seal_coalescing(&upserts, Some(&hint));
             prop_assert_eq!(listed(&plain), listed(&hinted));
+        }
+
+        /// `upsert_run_grew` is sound: when a coalescing seal says no run grew, no key upserted
+        /// in the round has more buffered messages than before it (or than one, if it had
+        /// none) — the hot-key check it lets a write skip could not have fired for it.
+        #[test]
+        fn a_round_that_grew_no_upsert_run_left_no_key_longer(
+            sealed in prop::collection::vec((0u8..6, 0u8..4), 0..30),
+            round in prop::collection::vec((0u8..6, 0u8..4), 1..12),
+        ) {
+            // Kind 0: insert, 1: delete, 2: upsert with a merge function, 3: upsert without.
+            let op = |&(k, kind): &(u8, u8)| match kind {
+                0 => Op::Insert { key: vec![k], value: vec![1] },
+                1 => Op::Delete { key: vec![k] },
+                _ => Op::Upsert { key: vec![k], id: UpsertId(u32::from(kind)), arg: vec![1] },
+            };
+            let mut upserts = UpsertRegistry::default();
+            for id in [2, 3] {
+                upserts.register(UpsertId(id), std::sync::Arc::new(|_, old, arg| {
+                    Some([old.unwrap_or(&[]), arg].concat())
+                }));
+            }
+            upserts.register_merge(UpsertId(2), std::sync::Arc::new(|a, b| Some([a, b].concat())));
+            let mut buf = MsgBuffer::new();
+            let mut msn = 0;
+            for m in &sealed {
+                msn += 1;
+                buf.push(&op(m), Msn(msn));
+            }
+            buf.seal_coalescing(&upserts, None);
+            let before: Vec<usize> = (0..6u8).map(|k| buf.count_for_key(&[k])).collect();
+            for m in &round {
+                msn += 1;
+                buf.push(&op(m), Msn(msn));
+            }
+            buf.seal_coalescing(&upserts, None);
+            if !buf.upsert_run_grew() {
+                for &(k, kind) in &round {
+                    if kind >= 2 {
+                        let after = buf.count_for_key(&[k]);
+                        prop_assert!(after <= before[k as usize].max(1), "key {k}: {after} after");
+                    }
+                }
+            }
         }
 
         /// Copies of a sealed buffer routed to several destinations get, from `KeyOrder`, the

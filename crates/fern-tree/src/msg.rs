@@ -188,31 +188,39 @@ impl Op {
 
     /// Appends the packed form of this op with `msn` to `out`.
     pub(crate) fn encode(&self, msn: Msn, out: &mut Vec<u8>) {
-        let (kind, key) = match self {
-            Op::Insert { key, .. } => (Kind::Insert, key),
-            Op::Delete { key } => (Kind::Delete, key),
-            Op::Upsert { key, .. } => (Kind::Upsert, key),
-            Op::DeleteRange { lo, .. } => (Kind::RangeDelete, lo),
-        };
-        out.push(kind as u8);
-        out.extend_from_slice(&msn.0.to_le_bytes());
-        put_varint(out, key.len() as u64);
-        out.extend_from_slice(key);
         match self {
-            Op::Insert { value, .. } => {
-                put_varint(out, value.len() as u64);
-                out.extend_from_slice(value);
-            }
-            Op::Delete { .. } => {}
-            Op::Upsert { id, arg, .. } => {
-                out.extend_from_slice(&id.0.to_le_bytes());
-                put_varint(out, arg.len() as u64);
-                out.extend_from_slice(arg);
-            }
-            Op::DeleteRange { hi, .. } => {
-                put_varint(out, hi.len() as u64);
-                out.extend_from_slice(hi);
-            }
+            Op::Insert { key, value } => encode_msg(out, Kind::Insert, msn, key, None, value),
+            Op::Delete { key } => encode_msg(out, Kind::Delete, msn, key, None, &[]),
+            Op::Upsert { key, id, arg } => encode_msg(out, Kind::Upsert, msn, key, Some(*id), arg),
+            Op::DeleteRange { lo, hi } => encode_msg(out, Kind::RangeDelete, msn, lo, None, hi),
+        }
+    }
+}
+
+/// Appends one packed message (format.md "Messages"): `kind | msn | key`, then the payload —
+/// none for a delete, the upsert id before it for an upsert (`upsert` is read only then).
+fn encode_msg(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    msn: Msn,
+    key: &[u8],
+    upsert: Option<UpsertId>,
+    payload: &[u8],
+) {
+    out.push(kind as u8);
+    out.extend_from_slice(&msn.0.to_le_bytes());
+    put_varint(out, key.len() as u64);
+    out.extend_from_slice(key);
+    match kind {
+        Kind::Delete => {}
+        Kind::Upsert => {
+            out.extend_from_slice(&upsert.unwrap_or(UpsertId(0)).0.to_le_bytes());
+            put_varint(out, payload.len() as u64);
+            out.extend_from_slice(payload);
+        }
+        Kind::Insert | Kind::RangeDelete => {
+            put_varint(out, payload.len() as u64);
+            out.extend_from_slice(payload);
         }
     }
 }
@@ -358,7 +366,8 @@ pub(crate) fn coalesce(
 ) -> Coalesced {
     debug_assert_eq!(older.key, newer.key);
     let key = newer.key;
-    let op = match (older.kind, newer.kind) {
+    // The replacement's kind, upsert id and payload (encoded straight from the borrowed key).
+    let (kind, upsert, payload) = match (older.kind, newer.kind) {
         (_, Kind::Insert | Kind::Delete) => return Coalesced::DropOlder,
         (Kind::Insert | Kind::Delete, Kind::Upsert) => {
             let Ok(f) = upserts.get(newer.upsert) else {
@@ -366,12 +375,9 @@ pub(crate) fn coalesce(
             };
             let old = (older.kind == Kind::Insert).then_some(older.payload);
             match f(key, old, newer.payload) {
-                Some(value) if value.len() <= MAX_VALUE_LEN => Op::Insert {
-                    key: key.to_vec(),
-                    value,
-                },
+                Some(value) if value.len() <= MAX_VALUE_LEN => (Kind::Insert, None, value),
                 Some(_) => return Coalesced::No,
-                None => Op::Delete { key: key.to_vec() },
+                None => (Kind::Delete, None, Vec::new()),
             }
         }
         (Kind::Upsert, Kind::Upsert) if older.upsert == newer.upsert => {
@@ -379,17 +385,13 @@ pub(crate) fn coalesce(
                 return Coalesced::No;
             };
             match merge(older.payload, newer.payload) {
-                Some(arg) if arg.len() <= MAX_VALUE_LEN => Op::Upsert {
-                    key: key.to_vec(),
-                    id: newer.upsert,
-                    arg,
-                },
+                Some(arg) if arg.len() <= MAX_VALUE_LEN => (Kind::Upsert, Some(newer.upsert), arg),
                 _ => return Coalesced::No,
             }
         }
         _ => return Coalesced::No,
     };
     let mut out = Vec::with_capacity(newer.len + 16);
-    op.encode(newer.msn, &mut out);
+    encode_msg(&mut out, kind, newer.msn, key, upsert, &payload);
     Coalesced::Replace(out)
 }

@@ -153,6 +153,14 @@ impl WriteBatch {
         Self::default()
     }
 
+    /// An empty batch with room for `ops` operations (a translated batch knows its count).
+    pub fn with_capacity(ops: usize) -> Self {
+        WriteBatch {
+            ops: Vec::with_capacity(ops),
+            ..Self::default()
+        }
+    }
+
     /// Number of operations.
     pub fn len(&self) -> usize {
         self.ops.len()

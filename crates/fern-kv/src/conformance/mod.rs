@@ -91,6 +91,7 @@ where
     writes::concurrent_upserts(&open());
     txn::commit_and_isolation(&open());
     txn::point_conflict(&open());
+    txn::commit_conflicts_open_transactions(&open());
     txn::absent_key_conflict(&open());
     txn::range_conflict(&open());
     txn::disjoint_writes_do_not_conflict(&open());

@@ -85,6 +85,39 @@ pub(super) fn point_conflict(s: &dyn KvStore) {
     }
 }
 
+/// A transaction's commit conflicts every transaction still open that read what it wrote —
+/// also when the committer was, until its own validation, one of only two open ones (an
+/// embedded backend's committer leaves the open set before its batch is recorded), and in
+/// either order of beginning.
+pub(super) fn commit_conflicts_open_transactions(s: &dyn KvStore) {
+    let t = s.tree("t").expect("tree");
+    for committer_first in [true, false] {
+        put(s, t, b"a", b"1");
+        let (mut writer, mut reader) = if committer_first {
+            let w = s.begin().expect("begin");
+            (w, s.begin().expect("begin"))
+        } else {
+            let r = s.begin().expect("begin");
+            (s.begin().expect("begin"), r)
+        };
+        reader.get(t, b"a").expect("get");
+        reader.batch().put(t, b"out".to_vec(), b"x".to_vec());
+        writer.batch().put(t, b"a".to_vec(), b"2".to_vec());
+        writer
+            .commit(WriteOptions::NO_SYNC)
+            .expect("writer commits");
+        assert!(
+            is_conflict(reader.commit(WriteOptions::NO_SYNC)),
+            "committer began first: {committer_first}"
+        );
+        // A transaction begun after the commit sees it and commits.
+        let mut later = s.begin().expect("begin");
+        assert_eq!(later.get(t, b"a").expect("get"), Some(b"2".to_vec()));
+        later.batch().put(t, b"a".to_vec(), b"3".to_vec());
+        later.commit(WriteOptions::NO_SYNC).expect("later commits");
+    }
+}
+
 pub(super) fn absent_key_conflict(s: &dyn KvStore) {
     let t = s.tree("t").expect("tree");
     let mut txn = s.begin().expect("begin");

@@ -224,10 +224,8 @@ fn cool_hot_keys(ctx: &Ctx<'_>, node: &mut Node, msgs: &MsgBuffer) -> Result<()>
             return Ok(());
         };
         let i = child_for(pivots, m.key);
-        if bufs[i]
-            .get_mut()
-            .has_at_least_for_key(m.key, hot_key_messages(ctx.shape))
-        {
+        let buf = bufs[i].get_mut();
+        if buf.upsert_run_grew() && buf.has_at_least_for_key(m.key, hot_key_messages(ctx.shape)) {
             flush_key_path(ctx, node, m.key)?;
         }
     }
