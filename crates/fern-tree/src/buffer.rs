@@ -41,7 +41,19 @@ pub(crate) struct MsgBuffer {
     /// examined. An insert or delete replaces the message before it, and an upsert with a
     /// merge function folds into it, so most rounds need no hot-key search at all.
     upsert_run_grew: bool,
+    /// Where the last few messages of short coalescing rounds went in `sorted` (as found,
+    /// before their own insertion): hints for the next round's searches. Successive writes
+    /// mostly land beside earlier ones — the next name of a directory being removed, its
+    /// parent's stat again — so [`place_near`] brackets a key between hints and gallops from
+    /// the closest instead of binary-searching the whole index (each probe a decode somewhere
+    /// in the buffer). Any value is safe: every hint is checked against the keys around it.
+    fingers: [u32; FINGERS],
+    /// The next `fingers` slot to overwrite.
+    finger_next: u8,
 }
+
+/// How many recent places a buffer keeps as search hints ([`MsgBuffer::fingers`]).
+const FINGERS: usize = 4;
 
 /// Fewest messages a decoded buffer keeps [`MsgBuffer::heads`] for: below it a binary search
 /// of `sorted` is a handful of probes.
@@ -266,9 +278,10 @@ impl MsgBuffer {
                 }
                 (order, at)
             });
+            let fingers = self.fingers;
             let search = |i: usize, key: &[u8]| match &bulk {
                 Some((_, at)) => at[i],
-                None => place_in(data, sorted, key),
+                None => place_near(data, sorted, &fingers, key),
             };
             let mut last = LastByKey::with_capacity(self.pending.len());
             for (i, &off) in self.pending.iter().enumerate() {
@@ -332,6 +345,13 @@ impl MsgBuffer {
                 out.push(Some((slot, place, at)));
             }
             self.upsert_run_grew = grew;
+            if bulk.is_none() {
+                for e in out.iter().flatten() {
+                    let place = e.1.unwrap_or(e.2);
+                    self.fingers[usize::from(self.finger_next)] = place as u32;
+                    self.finger_next = (self.finger_next + 1) % FINGERS as u8;
+                }
+            }
             if !changed && out.iter().all(Option::is_some) {
                 return Some(Places {
                     at: out.iter().flatten().map(|e| e.2).collect(),
@@ -636,6 +656,8 @@ impl MsgBuffer {
             heads: Vec::new(),
             // Set by each coalescing seal for its own round; none has happened here.
             upsert_run_grew: false,
+            fingers: [0; FINGERS],
+            finger_next: 0,
         };
         let mut last = Msn(0);
         let mut points = Vec::with_capacity(count.min(raw.len() / 10));
@@ -733,6 +755,34 @@ fn place_in(data: &[u8], sorted: &[u32], key: &[u8]) -> usize {
         Some(&last) if keycmp::le(key_at(data, last), key) => sorted.len(),
         _ => sorted.partition_point(|&o| keycmp::le(key_at(data, o), key)),
     }
+}
+
+/// [`place_in`] helped by `fingers`, recent places in `sorted` (any values: each is checked).
+/// Each finger inside the index bounds the answer from below (the message before it is at or
+/// below `key`) or from above (it is past `key`); the search then gallops from the best lower
+/// bound toward the best upper one, a few probes when the key lands beside a finger.
+fn place_near(data: &[u8], sorted: &[u32], fingers: &[u32], key: &[u8]) -> usize {
+    let n = sorted.len();
+    match sorted.last() {
+        None => return 0,
+        Some(&last) if keycmp::le(key_at(data, last), key) => return n,
+        Some(_) => {}
+    }
+    // The answer is in `lo..=hi`: every message before `lo` is at or below `key`, and the
+    // message at `hi` (if any) is past it.
+    let (mut lo, mut hi) = (0, n - 1);
+    for &f in fingers {
+        let f = f as usize;
+        if f <= lo || f > hi {
+            continue;
+        }
+        if keycmp::le(key_at(data, sorted[f - 1]), key) {
+            lo = f;
+        } else {
+            hi = f - 1;
+        }
+    }
+    place_from(data, &sorted[..hi], lo, key)
 }
 
 /// [`place_in`] for a key known to go at or after `from` (keys visited in ascending order):
@@ -902,6 +952,7 @@ mod tests {
         fn shortcut_searches_equal_binary_search(
             keys in prop::collection::vec(prop::collection::vec(0u8..6, 0..4), 0..40),
             probe in prop::collection::vec(0u8..7, 0..5),
+            fingers in prop::collection::vec(0u32..44, FINGERS),
         ) {
             let mut buf = MsgBuffer::new();
             for (i, k) in keys.iter().enumerate() {
@@ -928,6 +979,8 @@ mod tests {
             for from in 0..=place {
                 prop_assert_eq!(place_from(data, sorted, from, &probe), place);
             }
+            // Fingers anywhere — inside, outside, stale — only speed the search up.
+            prop_assert_eq!(place_near(data, sorted, &fingers, &probe), place);
         }
     }
 
