@@ -543,11 +543,12 @@ fn apply_stat(old: Option<&[u8]>, arg: &[u8]) -> Option<Vec<u8>> {
         return unchanged();
     };
     delta.apply(&mut stat);
-    let mut w = Writer::with_capacity(crate::attr::STAT_LEN);
+    // One allocation: the bytes around the stat copied, the stat written between them.
+    let mut w = Writer::with_capacity(old.len());
+    w.bytes(&old[..off]);
     stat.write(&mut w);
-    let mut new = old.to_vec();
-    new[off..off + crate::attr::STAT_LEN].copy_from_slice(&w.finish());
-    Some(new)
+    w.bytes(&old[off + crate::attr::STAT_LEN..]);
+    Some(w.finish())
 }
 
 #[cfg(test)]

@@ -60,6 +60,7 @@ impl RetryPolicy {
 #[derive(Debug)]
 pub struct Backoff {
     policy: RetryPolicy,
+    /// The jitter's xorshift state; 0 until the first retry draws it (never 0 after).
     seed: u64,
     attempt: u32,
 }
@@ -69,7 +70,9 @@ impl Backoff {
     pub fn new(policy: RetryPolicy) -> Self {
         Self {
             policy,
-            seed: jitter_seed(),
+            // Drawn at the first retry: most operations never retry, and drawing it (a
+            // SipHash of fresh keys) was a visible share of a small transaction's cost.
+            seed: 0,
             attempt: 1,
         }
     }
@@ -79,6 +82,9 @@ impl Backoff {
     pub fn retry(&mut self) -> bool {
         if self.attempt >= self.policy.max_attempts.max(1) {
             return false;
+        }
+        if self.seed == 0 {
+            self.seed = jitter_seed();
         }
         std::thread::sleep(self.policy.backoff(self.attempt - 1, &mut self.seed));
         self.attempt += 1;
