@@ -248,6 +248,9 @@ impl MsgBuffer {
         if self.ranges.last().is_some_and(|&r| r as usize >= tail) {
             return None;
         }
+        if self.pending.len() == 1 {
+            return Some(self.coalesce_one(upserts));
+        }
         // This round's messages in MSN order; `None` once coalesced into a later one. A
         // message that replaced a sealed one takes over its place in `sorted` (the index of
         // that place rides along): it is the newest for its key, so that place is its place.
@@ -396,6 +399,65 @@ impl MsgBuffer {
                 at: places,
                 by_key: None,
             })
+        }
+    }
+
+    /// [`MsgBuffer::coalesce_pending`] for the commonest round, one point message (a setattr's
+    /// stat, a write's block or stat: one per tree): the same outcome without the long
+    /// round's bookkeeping — no per-round lists, no rebuilt round bytes. The message folds into
+    /// the last sealed message of its key (unless that one is being flushed, DF3, or a newer
+    /// range delete covering the key stands between them) and takes its place in `sorted`;
+    /// otherwise it is left pending with its place.
+    fn coalesce_one(&mut self, upserts: &UpsertRegistry) -> Places {
+        let off = self.pending[0];
+        let data = &self.data;
+        let m = MsgRef::decode_trusted(data, off as usize);
+        let at = place_near(data, &self.sorted, &self.fingers, m.key);
+        let behind = at > 0 && key_at(data, self.sorted[at - 1]) == m.key;
+        let mut folded = Coalesced::No;
+        if behind && self.sorted[at - 1] as usize >= self.frozen {
+            let prev = MsgRef::decode_trusted(data, self.sorted[at - 1] as usize);
+            let cut = self.ranges.iter().any(|&r| {
+                let r = MsgRef::decode_trusted(data, r as usize);
+                r.msn > prev.msn && r.covers(m.key)
+            });
+            if !cut {
+                folded = coalesce(&prev, &m, upserts);
+            }
+        }
+        let upsert = m.kind == Kind::Upsert;
+        let place = match folded {
+            Coalesced::No => at,
+            Coalesced::DropOlder | Coalesced::Replace(_) => at - 1,
+        };
+        self.fingers[usize::from(self.finger_next)] = place as u32;
+        self.finger_next = (self.finger_next + 1) % FINGERS as u8;
+        let replacement = match folded {
+            Coalesced::No => {
+                self.upsert_run_grew = behind && upsert;
+                return Places {
+                    at: vec![at],
+                    by_key: None,
+                };
+            }
+            Coalesced::DropOlder => None,
+            Coalesced::Replace(b) => Some(b),
+        };
+        self.upsert_run_grew = false;
+        // The message stays the newest at the end of the packed bytes (or its replacement
+        // does), and takes the older one's place in `sorted`; the older one dies.
+        if let Some(b) = replacement {
+            self.data.truncate(off as usize);
+            self.data.extend_from_slice(&b);
+        }
+        let prev_off = std::mem::replace(&mut self.sorted[at - 1], off);
+        self.pending.clear();
+        let dead = MsgRef::decode_trusted(&self.data, prev_off as usize).len;
+        self.dead += dead;
+        self.data[prev_off as usize] |= DEAD;
+        Places {
+            at: Vec::new(),
+            by_key: None,
         }
     }
 
