@@ -251,6 +251,17 @@ impl MsgBuffer {
         if self.pending.len() == 1 {
             return Some(self.coalesce_one(upserts));
         }
+        Some(self.coalesce_round(upserts, hint, tail))
+    }
+
+    /// [`MsgBuffer::coalesce_pending`] for any round (the pending messages start at `tail`
+    /// of the packed bytes, and no range delete is among them).
+    fn coalesce_round(
+        &mut self,
+        upserts: &UpsertRegistry,
+        hint: Option<&[u32]>,
+        tail: usize,
+    ) -> Places {
         // This round's messages in MSN order; `None` once coalesced into a later one. A
         // message that replaced a sealed one takes over its place in `sorted` (the index of
         // that place rides along): it is the newest for its key, so that place is its place.
@@ -356,10 +367,10 @@ impl MsgBuffer {
                 }
             }
             if !changed && out.iter().all(Option::is_some) {
-                return Some(Places {
+                return Places {
                     at: out.iter().flatten().map(|e| e.2).collect(),
                     by_key: bulk.map(|(order, _)| order),
-                });
+                };
             }
             // Rebuild this round's bytes: the surviving messages, in their MSN order.
             let mut fresh = Vec::with_capacity(data.len() - tail);
@@ -395,10 +406,10 @@ impl MsgBuffer {
                 self.dead += m.len;
                 self.data[o as usize] |= DEAD;
             }
-            Some(Places {
+            Places {
                 at: places,
                 by_key: None,
-            })
+            }
         }
     }
 
@@ -1221,6 +1232,47 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// The one-message fast path (`coalesce_one`) leaves a buffer exactly as the general
+        /// round does: the same messages in (key, MSN) order, the same live bytes, the same
+        /// answer about grown runs — over inserts, deletes, upserts with and without a merge
+        /// function, and range deletes among the sealed messages.
+        #[test]
+        fn a_one_message_round_coalesces_as_a_general_round_does(
+            sealed in prop::collection::vec((0u8..6, 0u8..5), 0..30),
+            msg in (0u8..6, 0u8..4),
+        ) {
+            // Kind 0: insert, 1: delete, 2: upsert with a merge function, 3: without, 4: a
+            // range delete of [k, k + 2).
+            let op = |&(k, kind): &(u8, u8)| match kind {
+                0 => Op::Insert { key: vec![k], value: vec![1] },
+                1 => Op::Delete { key: vec![k] },
+                4 => Op::DeleteRange { lo: vec![k], hi: vec![k + 2] },
+                _ => Op::Upsert { key: vec![k], id: UpsertId(u32::from(kind)), arg: vec![1] },
+            };
+            let mut upserts = UpsertRegistry::default();
+            for id in [2, 3] {
+                upserts.register(UpsertId(id), std::sync::Arc::new(|_, old, arg| {
+                    Some([old.unwrap_or(&[]), arg].concat())
+                }));
+            }
+            upserts.register_merge(UpsertId(2), std::sync::Arc::new(|a, b| Some([a, b].concat())));
+            let mut fast = MsgBuffer::new();
+            for (i, m) in sealed.iter().enumerate() {
+                fast.push(&op(m), Msn(i as u64 + 1));
+            }
+            fast.seal_coalescing(&upserts, None);
+            fast.push(&op(&msg), Msn(sealed.len() as u64 + 1));
+            let mut general = fast.clone();
+            let tail = fast.pending[0] as usize;
+            let places = fast.coalesce_one(&upserts);
+            fast.seal_at(Some(places), None);
+            let places = general.coalesce_round(&upserts, None, tail);
+            general.seal_at(Some(places), None);
+            prop_assert_eq!(listed(&fast), listed(&general));
+            prop_assert_eq!(fast.bytes(), general.bytes());
+            prop_assert_eq!(fast.upsert_run_grew(), general.upsert_run_grew());
         }
 
         /// Copies of a sealed buffer routed to several destinations get, from `KeyOrder`, the
