@@ -1129,6 +1129,43 @@ mod tests {
     }
 
     /// (key, MSN, payload) of every point message, in index order.
+    /// A message of key `k` by `kind`: 0 insert, 1 delete, 2 upsert of a function with a
+    /// merge function, 3 upsert of one without, 4 a range delete of `[k, k + 2)`.
+    fn kind_op(&(k, kind): &(u8, u8)) -> Op {
+        match kind {
+            0 => Op::Insert {
+                key: vec![k],
+                value: vec![1],
+            },
+            1 => Op::Delete { key: vec![k] },
+            4 => Op::DeleteRange {
+                lo: vec![k],
+                hi: vec![k + 2],
+            },
+            _ => Op::Upsert {
+                key: vec![k],
+                id: UpsertId(u32::from(kind)),
+                arg: vec![1],
+            },
+        }
+    }
+
+    /// Upsert functions 2 and 3 append their argument to the value; only 2 can merge.
+    fn appending_upserts() -> UpsertRegistry {
+        let mut upserts = UpsertRegistry::default();
+        for id in [2, 3] {
+            upserts.register(
+                UpsertId(id),
+                std::sync::Arc::new(|_, old, arg| Some([old.unwrap_or(&[]), arg].concat())),
+            );
+        }
+        upserts.register_merge(
+            UpsertId(2),
+            std::sync::Arc::new(|a, b| Some([a, b].concat())),
+        );
+        upserts
+    }
+
     fn listed(buf: &MsgBuffer) -> Vec<(Vec<u8>, u64, Vec<u8>)> {
         let mut out = Vec::new();
         buf.points_in(&[], None, &mut out);
@@ -1198,19 +1235,7 @@ mod tests {
             sealed in prop::collection::vec((0u8..6, 0u8..4), 0..30),
             round in prop::collection::vec((0u8..6, 0u8..4), 1..12),
         ) {
-            // Kind 0: insert, 1: delete, 2: upsert with a merge function, 3: upsert without.
-            let op = |&(k, kind): &(u8, u8)| match kind {
-                0 => Op::Insert { key: vec![k], value: vec![1] },
-                1 => Op::Delete { key: vec![k] },
-                _ => Op::Upsert { key: vec![k], id: UpsertId(u32::from(kind)), arg: vec![1] },
-            };
-            let mut upserts = UpsertRegistry::default();
-            for id in [2, 3] {
-                upserts.register(UpsertId(id), std::sync::Arc::new(|_, old, arg| {
-                    Some([old.unwrap_or(&[]), arg].concat())
-                }));
-            }
-            upserts.register_merge(UpsertId(2), std::sync::Arc::new(|a, b| Some([a, b].concat())));
+            let (op, upserts) = (kind_op, appending_upserts());
             let mut buf = MsgBuffer::new();
             let mut msn = 0;
             for m in &sealed {
@@ -1243,21 +1268,7 @@ mod tests {
             sealed in prop::collection::vec((0u8..6, 0u8..5), 0..30),
             msg in (0u8..6, 0u8..4),
         ) {
-            // Kind 0: insert, 1: delete, 2: upsert with a merge function, 3: without, 4: a
-            // range delete of [k, k + 2).
-            let op = |&(k, kind): &(u8, u8)| match kind {
-                0 => Op::Insert { key: vec![k], value: vec![1] },
-                1 => Op::Delete { key: vec![k] },
-                4 => Op::DeleteRange { lo: vec![k], hi: vec![k + 2] },
-                _ => Op::Upsert { key: vec![k], id: UpsertId(u32::from(kind)), arg: vec![1] },
-            };
-            let mut upserts = UpsertRegistry::default();
-            for id in [2, 3] {
-                upserts.register(UpsertId(id), std::sync::Arc::new(|_, old, arg| {
-                    Some([old.unwrap_or(&[]), arg].concat())
-                }));
-            }
-            upserts.register_merge(UpsertId(2), std::sync::Arc::new(|a, b| Some([a, b].concat())));
+            let (op, upserts) = (kind_op, appending_upserts());
             let mut fast = MsgBuffer::new();
             for (i, m) in sealed.iter().enumerate() {
                 fast.push(&op(m), Msn(i as u64 + 1));
