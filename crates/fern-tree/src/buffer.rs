@@ -328,14 +328,8 @@ impl MsgBuffer {
                     at = search(i, m.key);
                     behind = at > 0 && key_at(data, self.sorted[at - 1]) == m.key;
                     // A message being flushed (DF3) is never coalesced into.
-                    if behind && self.sorted[at - 1] as usize >= self.frozen {
-                        let prev_off = self.sorted[at - 1];
-                        let prev = MsgRef::decode_trusted(data, prev_off as usize);
-                        let cut = self.ranges.iter().any(|&r| {
-                            let r = MsgRef::decode_trusted(data, r as usize);
-                            r.msn > prev.msn && r.covers(m.key)
-                        });
-                        if !cut {
+                    if behind {
+                        if let Some((prev_off, prev)) = self.foldable_before(at, m.key) {
                             match coalesce(&prev, &m, upserts) {
                                 Coalesced::No => {}
                                 Coalesced::DropOlder => {
@@ -413,6 +407,22 @@ impl MsgBuffer {
         }
     }
 
+    /// The sealed message at `sorted[at - 1]` (offset and view), the last one for `key`,
+    /// when a newer message for `key` may fold into it: not being flushed (DF3) and with no
+    /// newer range delete covering `key` between them. The caller checked the key.
+    fn foldable_before(&self, at: usize, key: &[u8]) -> Option<(u32, MsgRef<'_>)> {
+        let off = self.sorted[at - 1];
+        if (off as usize) < self.frozen {
+            return None;
+        }
+        let prev = self.at(off);
+        let cut = self.ranges.iter().any(|&r| {
+            let r = self.at(r);
+            r.msn > prev.msn && r.covers(key)
+        });
+        (!cut).then_some((off, prev))
+    }
+
     /// [`MsgBuffer::coalesce_pending`] for the commonest round, one point message (a setattr's
     /// stat, a write's block or stat: one per tree): the same outcome without the long
     /// round's bookkeeping — no per-round lists, no rebuilt round bytes. The message folds into
@@ -425,17 +435,10 @@ impl MsgBuffer {
         let m = MsgRef::decode_trusted(data, off as usize);
         let at = place_near(data, &self.sorted, &self.fingers, m.key);
         let behind = at > 0 && key_at(data, self.sorted[at - 1]) == m.key;
-        let mut folded = Coalesced::No;
-        if behind && self.sorted[at - 1] as usize >= self.frozen {
-            let prev = MsgRef::decode_trusted(data, self.sorted[at - 1] as usize);
-            let cut = self.ranges.iter().any(|&r| {
-                let r = MsgRef::decode_trusted(data, r as usize);
-                r.msn > prev.msn && r.covers(m.key)
-            });
-            if !cut {
-                folded = coalesce(&prev, &m, upserts);
-            }
-        }
+        let folded = match behind.then(|| self.foldable_before(at, m.key)).flatten() {
+            Some((_, prev)) => coalesce(&prev, &m, upserts),
+            None => Coalesced::No,
+        };
         let upsert = m.kind == Kind::Upsert;
         let place = match folded {
             Coalesced::No => at,
