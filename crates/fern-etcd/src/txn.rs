@@ -53,6 +53,9 @@ pub(crate) struct EtcdTxn<'a> {
     reads: RefCell<Reads>,
     /// Key guards the commit is conditional on (compares, no read).
     guards: Vec<KeyGuard>,
+    /// Guards of the read that pins the snapshot (`KvTxn::guard_reads`): compares in its
+    /// Txn, so every read at the snapshot saw them hold.
+    read_guards: Vec<KeyGuard>,
     batch: WriteBatch,
 }
 
@@ -62,7 +65,20 @@ impl<'a> EtcdTxn<'a> {
             store,
             reads: RefCell::new(Reads::default()),
             guards: Vec::new(),
+            read_guards: Vec::new(),
             batch: WriteBatch::new(),
+        }
+    }
+}
+
+impl EtcdTxn<'_> {
+    /// The guards the next read carries: those of `guard_reads` until a read has pinned the
+    /// snapshot, none after (reads at the snapshot saw them hold already).
+    fn pinning_guards(&self, rev: Option<i64>) -> &[KeyGuard] {
+        if rev.is_none() {
+            &self.read_guards
+        } else {
+            &[]
         }
     }
 }
@@ -72,7 +88,7 @@ impl KvRead for EtcdTxn<'_> {
         let rev = self.reads.borrow().revision;
         let p = self
             .store
-            .get_at(tree, key, rev, &[])
+            .get_at(tree, key, rev, self.pinning_guards(rev))
             .map_err(KvError::from)?;
         let k = self.store.keyspace().key(tree, key)?;
         let mut r = self.reads.borrow_mut();
@@ -91,7 +107,7 @@ impl KvRead for EtcdTxn<'_> {
         let rev = self.reads.borrow().revision;
         let s = self
             .store
-            .scan_at(tree, range, dir, limit, rev, &[])
+            .scan_at(tree, range, dir, limit, rev, self.pinning_guards(rev))
             .map_err(KvError::from)?;
         let ks = self.store.keyspace();
         let covered = covered_range(ks, tree, range, dir, limit, &s.pairs)?;
@@ -118,6 +134,13 @@ impl KvTxn for EtcdTxn<'_> {
     fn guard(&mut self, guard: &KeyGuard) -> KvResult<()> {
         self.store.keyspace().key(guard.tree, &guard.key)?;
         self.guards.push(guard.clone());
+        Ok(())
+    }
+
+    /// A compare in the Txn of the first read (pinning the snapshot) and one in the commit.
+    fn guard_reads(&mut self, guard: &KeyGuard) -> KvResult<()> {
+        self.guard(guard)?;
+        self.read_guards.push(guard.clone());
         Ok(())
     }
 

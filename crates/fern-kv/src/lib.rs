@@ -22,6 +22,7 @@ pub mod occ;
 mod retry;
 mod store;
 mod types;
+mod writeback;
 
 pub use batch::{Op, WriteBatch};
 pub use deleg::{Delegations, Grant};
@@ -33,4 +34,7 @@ pub use store::{KvRead, KvSession, KvStore, KvTxn};
 pub use types::{
     prefix_successor, Direction, KeyRange, Limits, MergeFn, StoreSpace, TreeId, UpdateFn,
     UpdateFnId, UpdateRegistry, WriteOptions,
+};
+pub use writeback::{
+    TakePolicy, WriteBack, WriteBackConfig, AUTO_WRITES, COOL_DOWN, REVOKE_TIMEOUT,
 };

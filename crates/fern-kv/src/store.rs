@@ -170,6 +170,15 @@ pub trait KvStore: KvRead + Send + Sync {
         guarded_read(self, guards, |txn| txn.scan(tree, range, dir, limit))
     }
 
+    /// A hint: the caller knows the store holds nothing in `range` of `tree` (fern-fs: the
+    /// keys under an inode id it has just allocated, never used before). A store that caches
+    /// what it read may answer reads there without asking its backend
+    /// (`crate::WriteBack` while it holds its delegation, docs/design.md §7.3); every other
+    /// store ignores it. Wrong hints make wrong answers: give only what is certain.
+    fn assume_absent(&self, tree: TreeId, range: &KeyRange) {
+        let _ = (tree, range);
+    }
+
     /// Every live data extent, for a checker comparing them with the rows that name them
     /// (format.md X9). Empty on a backend without extents.
     fn extents(&self) -> KvResult<Vec<ExtentRef>> {
@@ -220,6 +229,17 @@ pub trait KvTxn: KvRead {
     fn guard(&mut self, guard: &KeyGuard) -> KvResult<()> {
         let found = self.get(guard.tree, &guard.key)?;
         guard.check(found.as_deref())
+    }
+
+    /// Makes every read of this transaction conditional on `guard` holding at the
+    /// transaction's snapshot, and its commit on `guard` holding at commit; call it before the
+    /// first read. A read whose guard does not hold fails with
+    /// [`crate::KvError::GuardFailed`]. The default checks the guard once, now, as a recorded
+    /// read (which the commit validates): right on a backend whose reads all see one state
+    /// between commits; etcd evaluates it in the Txn of the read that pins the snapshot, so it
+    /// costs no round trip (docs/design.md §7.3, W1).
+    fn guard_reads(&mut self, guard: &KeyGuard) -> KvResult<()> {
+        self.guard(guard)
     }
 
     /// Applies the buffered batch atomically if nothing read was changed since `begin`;

@@ -1,0 +1,265 @@
+//! Write-back of a whole store under one delegation (docs/design.md §7.3, fern-kv
+//! `writeback`), on a real etcd: the conformance suite through the wrapper with each take
+//! policy, and between two sessions of one prefix the invariants W1 (another session sees
+//! every acknowledged write at its next read, by revoking), W3 (a flush is a few fenced Txns)
+//! and W4 (a holder whose lease ended loses its buffer, says so, and applies nothing).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fern_etcd::local::{shared_for_tests, unique_prefix};
+use fern_etcd::{EtcdConfig, EtcdStore};
+use fern_kv::{
+    Direction, ExtentRef, KeyRange, KvError, KvRead, KvResult, KvSession, KvStore, KvTxn, Limits,
+    TakePolicy, TreeId, UpdateRegistry, WriteBack, WriteBackConfig, WriteBatch, WriteOptions,
+};
+
+fn config(policy: TakePolicy) -> WriteBackConfig {
+    WriteBackConfig {
+        deleg_tree: "t.deleg".into(),
+        revoke_tree: "t.revoke".into(),
+        part: b"/".to_vec(),
+        policy,
+    }
+}
+
+/// A write-back store owned by value, as the conformance suite's factory returns it.
+struct Owned(Arc<WriteBack>);
+
+impl KvRead for Owned {
+    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.0.get(tree, key)
+    }
+    fn scan(
+        &self,
+        tree: TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.0.scan(tree, range, dir, limit)
+    }
+    fn read_extent(&self, r: &ExtentRef, buf: &mut [u8]) -> KvResult<()> {
+        self.0.read_extent(r, buf)
+    }
+}
+
+impl KvStore for Owned {
+    fn tree(&self, name: &str) -> KvResult<TreeId> {
+        self.0.tree(name)
+    }
+    fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
+        self.0.write(batch, opts)
+    }
+    fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
+        self.0.begin()
+    }
+    fn sync(&self) -> KvResult<()> {
+        self.0.sync()
+    }
+    fn limits(&self) -> Limits {
+        self.0.limits()
+    }
+    fn session(&self) -> KvResult<Option<&dyn KvSession>> {
+        self.0.session()
+    }
+}
+
+fn wrap(cfg: &EtcdConfig, registry: UpdateRegistry, policy: TakePolicy) -> Arc<WriteBack> {
+    let store = EtcdStore::connect(cfg, registry.clone()).expect("connect");
+    WriteBack::open(Arc::new(store), registry, config(policy)).expect("write-back")
+}
+
+#[test]
+fn conforms_through_write_back_holding_from_the_start() {
+    let Some(etcd) = shared_for_tests() else {
+        return;
+    };
+    fern_kv::conformance::run_all(|r| {
+        let wb = wrap(
+            &etcd.config(&unique_prefix("wb-always")),
+            r,
+            TakePolicy::Always,
+        );
+        assert!(wb.holds(), "nobody else holds the part: taken at open");
+        Owned(wb)
+    });
+}
+
+/// Automatic takes: scenarios start free and take the part mid-way once they write enough.
+#[test]
+fn conforms_through_write_back_taking_when_busy() {
+    let Some(etcd) = shared_for_tests() else {
+        return;
+    };
+    fern_kv::conformance::run_all(|r| {
+        Owned(wrap(
+            &etcd.config(&unique_prefix("wb-auto")),
+            r,
+            TakePolicy::Auto,
+        ))
+    });
+}
+
+/// A holder `a` (write-back), a second session `b` (write-back, free while `a` holds), and a
+/// plain store `raw` of the same prefix that sees only what is in etcd.
+fn trio(
+    what: &str,
+) -> Option<(
+    EtcdConfig,
+    Arc<EtcdStore>,
+    Arc<WriteBack>,
+    Arc<WriteBack>,
+    EtcdStore,
+)> {
+    let etcd = shared_for_tests()?;
+    let cfg = etcd.config(&unique_prefix(what));
+    let inner = Arc::new(EtcdStore::connect(&cfg, UpdateRegistry::new()).expect("connect a"));
+    let a = WriteBack::open(
+        inner.clone(),
+        UpdateRegistry::new(),
+        config(TakePolicy::Always),
+    )
+    .expect("a");
+    assert!(a.holds());
+    let b = wrap(&cfg, UpdateRegistry::new(), TakePolicy::Auto);
+    assert!(!b.holds());
+    let raw = EtcdStore::connect(&cfg, UpdateRegistry::new()).expect("connect raw");
+    Some((cfg, inner, a, b, raw))
+}
+
+#[test]
+fn another_session_sees_every_acknowledged_write_at_its_next_read() {
+    let Some((_, inner, a, b, raw)) = trio("wb-w1") else {
+        return;
+    };
+    let t = a.tree("t").expect("tree");
+    let before = inner.requests();
+    for i in 0..50u32 {
+        let mut w = WriteBatch::new();
+        w.put(t, format!("k{i:03}").into_bytes(), i.to_be_bytes().to_vec());
+        a.write(w, WriteOptions::NO_SYNC).expect("buffered write");
+    }
+    let spent = inner.requests() - before;
+    assert!(spent <= 2, "50 buffered writes cost {spent} round trips");
+    let tr = raw.tree("t").expect("tree");
+    // The background flusher may have run (once a second); if it has not, nothing is there.
+    let there = raw
+        .scan(tr, &KeyRange::all(), Direction::Forward, 100)
+        .expect("raw scan")
+        .len();
+    assert!(
+        there == 0 || there == 50,
+        "a flush sends whole batches: {there}"
+    );
+    // W1: B's next read revokes; A flushes first, then releases.
+    let started = Instant::now();
+    let tb = b.tree("t").expect("tree");
+    let seen = b
+        .scan(tb, &KeyRange::all(), Direction::Forward, 100)
+        .expect("b scan");
+    assert_eq!(seen.len(), 50, "B sees all of A's acknowledged writes");
+    assert_eq!(seen[7].1, 7u32.to_be_bytes().to_vec());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "revoked by request, not by a TTL"
+    );
+    assert!(!a.holds(), "A gave the part back");
+    // And A, free now, sees B's write at once (B is free too: Auto needs a burst).
+    let mut w = WriteBatch::new();
+    w.put(tb, b"from-b".to_vec(), b"1".to_vec());
+    b.write(w, WriteOptions::NO_SYNC).expect("b write");
+    assert_eq!(
+        a.get(t, b"from-b").expect("a get").as_deref(),
+        Some(&b"1"[..])
+    );
+}
+
+#[test]
+fn a_sync_sends_the_buffer_in_a_few_fenced_txns() {
+    let Some((_, inner, a, _b, raw)) = trio("wb-w3") else {
+        return;
+    };
+    let t = a.tree("t").expect("tree");
+    let add = |i: u32| {
+        let mut txn = a.begin().expect("begin");
+        // A read-modify-write: reads its key (absent) and a counter, writes both.
+        let old = txn
+            .get(t, b"count")
+            .expect("get")
+            .map_or(0, |v| u32::from_be_bytes(v.try_into().expect("u32")));
+        txn.batch()
+            .put(t, b"count".to_vec(), (old + 1).to_be_bytes().to_vec());
+        txn.batch()
+            .put(t, format!("f{i:04}").into_bytes(), vec![7; 100]);
+        txn.commit(WriteOptions::NO_SYNC).expect("commit");
+    };
+    for i in 0..300 {
+        add(i);
+    }
+    let before = inner.requests();
+    a.sync().expect("sync");
+    let spent = inner.requests() - before;
+    // 600 ops, 127 per Txn at most (the fence is a compare): 5 Txns, if no timer flush ran.
+    assert!(spent <= 6, "the flush took {spent} round trips");
+    let tr = raw.tree("t").expect("tree");
+    assert_eq!(
+        raw.get(tr, b"count").expect("count"),
+        Some(300u32.to_be_bytes().to_vec())
+    );
+    let all = raw
+        .scan(tr, &KeyRange::prefix(b"f"), Direction::Forward, 1000)
+        .expect("scan");
+    assert_eq!(all.len(), 300);
+    assert!(a.holds(), "a sync keeps the delegation");
+}
+
+#[test]
+fn a_holder_whose_lease_ended_loses_its_buffer_and_says_so() {
+    let Some((cfg, inner, a, _b, raw)) = trio("wb-w4") else {
+        return;
+    };
+    let t = a.tree("t").expect("tree");
+    let mut w = WriteBatch::new();
+    w.put(t, b"synced".to_vec(), b"1".to_vec());
+    a.write(w, WriteOptions::SYNC).expect("synced write");
+    let mut w = WriteBatch::new();
+    w.put(t, b"buffered".to_vec(), b"2".to_vec());
+    a.write(w, WriteOptions::NO_SYNC).expect("buffered write");
+    // A partition longer than the TTL, as etcd sees it.
+    let id = inner.session().expect("session").expect("shared").id();
+    revoke_lease(&cfg, id);
+    match a.sync() {
+        Err(KvError::Unavailable(why)) => assert!(why.contains("lost"), "{why}"),
+        other => panic!("W4: a fenced-off flush must fail, got {other:?}"),
+    }
+    let tr = raw.tree("t").expect("tree");
+    assert_eq!(
+        raw.get(tr, b"synced").expect("get").as_deref(),
+        Some(&b"1"[..])
+    );
+    assert_eq!(
+        raw.get(tr, b"buffered").expect("get"),
+        None,
+        "nothing applied"
+    );
+    assert!(
+        matches!(a.get(t, b"synced"), Err(KvError::Unavailable(_))),
+        "every later operation fails"
+    );
+}
+
+/// Ends lease `id` through a client of its own (etcd's view of a holder cut off for longer
+/// than the lease's time to live).
+fn revoke_lease(cfg: &EtcdConfig, id: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect(&cfg.endpoints, None)
+            .await
+            .expect("client");
+        c.lease_revoke(id as i64).await.expect("lease revoke");
+    });
+}
