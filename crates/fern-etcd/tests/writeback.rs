@@ -7,11 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod fs_common;
+use fs_common::Owned;
+
 use fern_etcd::local::{shared_for_tests, unique_prefix};
 use fern_etcd::{EtcdConfig, EtcdStore};
 use fern_kv::{
-    Direction, ExtentRef, KeyRange, KvError, KvRead, KvResult, KvSession, KvStore, KvTxn, Limits,
-    TakePolicy, TreeId, UpdateRegistry, WriteBack, WriteBackConfig, WriteBatch, WriteOptions,
+    Direction, KeyRange, KvError, KvRead, KvStore, TakePolicy, UpdateRegistry, WriteBack,
+    WriteBackConfig, WriteBatch, WriteOptions,
 };
 
 fn config(policy: TakePolicy) -> WriteBackConfig {
@@ -20,48 +23,6 @@ fn config(policy: TakePolicy) -> WriteBackConfig {
         revoke_tree: "t.revoke".into(),
         part: b"/".to_vec(),
         policy,
-    }
-}
-
-/// A write-back store owned by value, as the conformance suite's factory returns it.
-struct Owned(Arc<WriteBack>);
-
-impl KvRead for Owned {
-    fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.0.get(tree, key)
-    }
-    fn scan(
-        &self,
-        tree: TreeId,
-        range: &KeyRange,
-        dir: Direction,
-        limit: usize,
-    ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.0.scan(tree, range, dir, limit)
-    }
-    fn read_extent(&self, r: &ExtentRef, buf: &mut [u8]) -> KvResult<()> {
-        self.0.read_extent(r, buf)
-    }
-}
-
-impl KvStore for Owned {
-    fn tree(&self, name: &str) -> KvResult<TreeId> {
-        self.0.tree(name)
-    }
-    fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
-        self.0.write(batch, opts)
-    }
-    fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
-        self.0.begin()
-    }
-    fn sync(&self) -> KvResult<()> {
-        self.0.sync()
-    }
-    fn limits(&self) -> Limits {
-        self.0.limits()
-    }
-    fn session(&self) -> KvResult<Option<&dyn KvSession>> {
-        self.0.session()
     }
 }
 

@@ -3,12 +3,12 @@
 //! so creates never touch a shared counter key (TiFS's hot key); ids reserved and not used
 //! before a crash are skipped, never reused. It must never hand out an id twice.
 
-use fern_kv::{transact, KvStore, RetryPolicy, WriteOptions};
+use fern_kv::{transact, KeyRange, KvStore, RetryPolicy, WriteOptions};
 use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};
 use crate::ids::InodeId;
-use crate::schema::{Trees, ALLOC_KEY};
+use crate::schema::{id_prefix_range, Trees, ALLOC_KEY};
 
 /// Ids reserved per trip to the store.
 pub const ID_BATCH: u64 = 1024;
@@ -49,9 +49,25 @@ impl IdAllocator {
             })?;
             *range = (start, start + ID_BATCH);
         }
-        let id = range.0;
+        let id = InodeId(range.0);
         range.0 += 1;
-        Ok(InodeId(id))
+        drop(range);
+        // Nobody ever wrote a key under a fresh id: a store that caches may know its rows
+        // absent without asking (design.md §7.3 "Hints": existence checks in a new directory
+        // cost no round trip). Not `fs.open`: registrations are put past any cache.
+        let (lo, hi) = id_prefix_range(id);
+        let fresh = KeyRange::half_open(&lo, &hi);
+        for tree in [
+            trees.dentry,
+            trees.inode,
+            trees.data,
+            trees.xattr,
+            trees.dirparent,
+            trees.orphan,
+        ] {
+            kv.assume_absent(tree, &fresh);
+        }
+        Ok(id)
     }
 
     /// Ids of this mount's reservation not handed out yet, for statfs.

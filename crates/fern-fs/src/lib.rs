@@ -49,5 +49,6 @@ pub use inode_ops::{OpenFlags, StatFs};
 pub use owner::setid_bits_to_clear;
 pub use perm::Cred;
 pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
+pub use schema::{DELEG_TREE, REVOKE_TREE, WRITE_BACK_PART};
 pub use upsert::registry;
 pub use xattr::{XATTR_CREATE, XATTR_REPLACE};

@@ -57,6 +57,15 @@ impl Trees {
 /// only by a mount of a shared store, so local images never gain it.
 pub const OPEN_TREE: &str = "fs.open";
 
+/// The trees of the write-back delegation of a shared store (docs/design.md §7.2–7.3):
+/// delegation keys and revocation requests, every key held by its session. Resolved only by
+/// a mount of a shared store.
+pub const DELEG_TREE: &str = "fs.deleg";
+/// See [`DELEG_TREE`].
+pub const REVOKE_TREE: &str = "fs.revoke";
+/// The one delegated part today: the whole file system (design.md §7.3).
+pub const WRITE_BACK_PART: &[u8] = b"/";
+
 /// The registration of file `id` by the mount `mount` of session `session`: 24 bytes, the id
 /// first so that one file's registrations are the range [`id_prefix_range`] of `id`. The mount
 /// number tells apart two `Fs` of one store (one session) in one process: each removes only

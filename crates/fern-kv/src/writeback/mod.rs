@@ -30,6 +30,9 @@ use self::overlay::Overlay;
 /// When a [`WriteBack`] takes the delegation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TakePolicy {
+    /// Never: every operation is guarded and revokes a holder, nothing is buffered (a mount
+    /// with `delegations=off`, and the tools — fsck, stat, export — beside busy mounts).
+    Never,
     /// At open, and again after every cool-down while nobody holds it.
     Always,
     /// After [`AUTO_WRITES`] writes within a second in free mode, outside a cool-down.
@@ -218,6 +221,7 @@ impl WriteBack {
             return false;
         }
         match self.policy {
+            TakePolicy::Never => false,
             TakePolicy::Always => true,
             TakePolicy::Auto => self.burst.lock().writes >= AUTO_WRITES,
         }

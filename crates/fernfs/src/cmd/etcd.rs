@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use fern_etcd::{EtcdConfig, EtcdStore};
 use fern_fs::{Fs, FsError, MkfsOptions};
+use fern_kv::{KvStore, TakePolicy, WriteBack, WriteBackConfig};
 
 use super::image::CmdError;
 
@@ -26,6 +27,58 @@ pub fn open(url: &str) -> Result<Arc<EtcdStore>, CmdError> {
     let cfg = EtcdConfig::resolve(url).map_err(|e| CmdError::new(e.to_string()))?;
     EtcdStore::connect(&cfg, fern_fs::registry())
         .map(Arc::new)
+        .map_err(|e| CmdError::new(format!("{url}: {e}")))
+}
+
+/// When an etcd mount takes the file system's write-back delegation (`-o delegations=`,
+/// docs/design.md §7.3): `off` never (every operation one or more etcd Txns, as before
+/// write-back), `auto` once it is busy (32 writes within a second) and nobody else holds it,
+/// `always` at mount and after every revocation's cool-down.
+pub fn take_policy(word: &str) -> Result<TakePolicy, CmdError> {
+    match word {
+        "off" => Ok(TakePolicy::Never),
+        "auto" => Ok(TakePolicy::Auto),
+        "always" => Ok(TakePolicy::Always),
+        w => Err(CmdError::new(format!(
+            "delegations={w}: expected off, auto or always"
+        ))),
+    }
+}
+
+/// The word of `policy` in `-o delegations=`.
+pub fn take_policy_word(policy: TakePolicy) -> &'static str {
+    match policy {
+        TakePolicy::Never => "off",
+        TakePolicy::Auto => "auto",
+        TakePolicy::Always => "always",
+    }
+}
+
+/// The policy of an etcd mount without `-o delegations=`.
+pub const DEFAULT_TAKE_POLICY: TakePolicy = TakePolicy::Auto;
+
+/// The file system at `url` as every fern-fs user of an etcd store must see it: through the
+/// write-back wrapper, so that its reads and commits are guarded against a mount holding the
+/// write-back delegation (and revoke it), and with `policy` it may hold the delegation
+/// itself (docs/design.md §7.3).
+pub fn open_shared(url: &str, policy: TakePolicy) -> Result<Arc<dyn KvStore>, CmdError> {
+    shared(url, open(url)?, policy)
+}
+
+/// [`open_shared`] of a store already connected.
+pub fn shared(
+    url: &str,
+    store: Arc<EtcdStore>,
+    policy: TakePolicy,
+) -> Result<Arc<dyn KvStore>, CmdError> {
+    let cfg = WriteBackConfig {
+        deleg_tree: fern_fs::DELEG_TREE.into(),
+        revoke_tree: fern_fs::REVOKE_TREE.into(),
+        part: fern_fs::WRITE_BACK_PART.to_vec(),
+        policy,
+    };
+    WriteBack::open(store, fern_fs::registry(), cfg)
+        .map(|wb| wb as Arc<dyn KvStore>)
         .map_err(|e| CmdError::new(format!("{url}: {e}")))
 }
 

@@ -53,7 +53,9 @@ pub struct MountArgs {
     /// sixteenth of the machine's memory, 128 MiB to 1 GiB),
     /// entry_timeout=SECS, attr_timeout=SECS, max_write=BYTES, fsname=NAME,
     /// compression=zstd|zstd-N|lz4|none (an image file: new partitions use it from now on, and
-    /// the image remembers it); other options (noatime, nodev, ...) go to the kernel.
+    /// the image remembers it), delegations=off|auto|always (an etcd mount: when it takes the
+    /// write-back delegation, default auto); other options (noatime, nodev, ...) go to the
+    /// kernel.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
 }
@@ -72,38 +74,67 @@ pub struct UmountArgs {
 /// entries and no writeback cache, since other mounts change what the kernel caches
 /// (docs/distributed.md §7; `MountOptions::shared`); `-o` overrides each. `compression=` is
 /// the image's, not the adapter's: it is taken out here and returned beside them.
-fn parse_options(
-    target: &Path,
-    list: &[String],
-) -> Result<(MountOptions, Option<Compression>), CmdError> {
+fn parse_options(target: &Path, list: &[String]) -> Result<(MountOptions, StoreOptions), CmdError> {
     let etcd = super::etcd::url(target).is_some();
     let mut o = if etcd {
         MountOptions::shared(super::etcd::SHARED_TTL)
     } else {
         MountOptions::default()
     };
-    let mut compression = None;
+    let mut store = StoreOptions::default();
     for s in list {
         let mut rest = Vec::new();
         for opt in s.split(',') {
-            match opt.trim().strip_prefix("compression=") {
-                Some(c) if etcd => {
+            let opt = opt.trim();
+            if let Some(c) = opt.strip_prefix("compression=") {
+                if etcd {
                     return Err(CmdError::new(format!(
                         "compression={c}: an etcd store is not compressed by fernfs"
-                    )))
+                    )));
                 }
-                Some(c) => compression = Some(c.parse::<Compression>().map_err(CmdError::new)?),
-                None => rest.push(opt),
+                store.compression = Some(c.parse::<Compression>().map_err(CmdError::new)?);
+            } else if let Some(d) = opt.strip_prefix("delegations=") {
+                if !etcd {
+                    return Err(CmdError::new(format!(
+                        "delegations={d}: only an etcd mount shares its store"
+                    )));
+                }
+                store.delegations = Some(super::etcd::take_policy(d)?);
+            } else {
+                rest.push(opt);
             }
         }
         o.parse_into(&rest.join(","))?;
     }
-    Ok((o, compression))
+    Ok((o, store))
+}
+
+/// The options `-o` gives the store rather than the adapter.
+#[derive(Clone, Copy, Debug, Default)]
+struct StoreOptions {
+    /// `compression=`: the image's codec for new nodes.
+    compression: Option<Compression>,
+    /// `delegations=`: an etcd mount's write-back (docs/design.md §7.3).
+    delegations: Option<fern_kv::TakePolicy>,
+}
+
+impl StoreOptions {
+    /// The same options as `-o` words, for the daemon's command line.
+    fn words(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if let Some(c) = self.compression {
+            w.push(format!("compression={c}"));
+        }
+        if let Some(d) = self.delegations {
+            w.push(format!("delegations={}", super::etcd::take_policy_word(d)));
+        }
+        w
+    }
 }
 
 /// Runs `fernfs mount`.
 pub fn run(args: MountArgs) -> Result<(), CmdError> {
-    let (opts, compression) = parse_options(&args.target, &args.options)?;
+    let (opts, store_opts) = parse_options(&args.target, &args.options)?;
     let target = match super::etcd::url(&args.target) {
         Some(_) => args.target.clone(),
         None => args
@@ -120,7 +151,7 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
     }
     if args.foreground {
         let notify = std::env::var_os(NOTIFY_ENV).is_some();
-        let r = foreground(&target, &mp, opts, compression, notify);
+        let r = foreground(&target, &mp, opts, store_opts, notify);
         if notify {
             if let Err(e) = &r {
                 // The parent is still waiting for our first line.
@@ -135,7 +166,7 @@ pub fn run(args: MountArgs) -> Result<(), CmdError> {
         if super::etcd::url(&target).is_none() {
             drop(image::lock(&target)?);
         }
-        daemonize(&target, &mp, &opts, compression)
+        daemonize(&target, &mp, &opts, store_opts)
     }
 }
 
@@ -158,14 +189,18 @@ fn foreground(
     target: &Path,
     mp: &Path,
     mut opts: MountOptions,
-    compression: Option<Compression>,
+    store_opts: StoreOptions,
     notify: bool,
 ) -> Result<(), CmdError> {
+    let compression = store_opts.compression;
     block_session_signals()?;
     // The logger first: from here on the daemon's stderr may be /dev/null.
     let log_place = super::daemon_log::install(opts.log.as_deref())?;
     if let Some(url) = super::etcd::url(target) {
-        return foreground_etcd(url, mp, opts, notify, &log_place);
+        let policy = store_opts
+            .delegations
+            .unwrap_or(super::etcd::DEFAULT_TAKE_POLICY);
+        return foreground_etcd(url, policy, mp, opts, notify, &log_place);
     }
     let plan = memory_plan(&opts);
     let image = Image::open_changing(target, plan.cache, Access::ReadWrite, compression)
@@ -310,12 +345,14 @@ fn serve(
 /// close at the end.
 fn foreground_etcd(
     url: &str,
+    policy: fern_kv::TakePolicy,
     mp: &Path,
     mut opts: MountOptions,
     notify: bool,
     log_place: &dyn std::fmt::Display,
 ) -> Result<(), CmdError> {
-    let store = super::etcd::open(url).inspect_err(|e| log::error!("mount {url}: {e}"))?;
+    let store =
+        super::etcd::open_shared(url, policy).inspect_err(|e| log::error!("mount {url}: {e}"))?;
     let fs = fern_fs::Fs::mount(store)
         .map(std::sync::Arc::new)
         .map_err(|e| CmdError::new(format!("{url}: cannot mount the file system: {e}")))?;
@@ -337,7 +374,7 @@ fn daemonize(
     target: &Path,
     mp: &Path,
     opts: &MountOptions,
-    compression: Option<Compression>,
+    store_opts: StoreOptions,
 ) -> Result<(), CmdError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
@@ -348,8 +385,8 @@ fn daemonize(
         .arg("-f")
         .arg("-o")
         .arg(opts.to_option_string());
-    if let Some(c) = compression {
-        cmd.arg("-o").arg(format!("compression={c}"));
+    for w in store_opts.words() {
+        cmd.arg("-o").arg(w);
     }
     let mut child = cmd
         .env(NOTIFY_ENV, "1")

@@ -19,8 +19,11 @@ pub enum Target {
     Etcd {
         /// The URL as given.
         url: String,
-        /// The connected store.
+        /// The connected store (its request count).
         store: Arc<EtcdStore>,
+        /// The same store as fern-fs uses it: guarded, revoking a write-back holder, never
+        /// taking the delegation itself (docs/design.md §7.3).
+        shared: Arc<dyn fern_kv::KvStore>,
     },
 }
 
@@ -28,10 +31,15 @@ impl Target {
     /// Opens `spec` (an image path or an `etcd://` URL) as `access` says.
     pub fn open(spec: &Path, access: Access) -> Result<Self, CmdError> {
         match super::etcd::url(spec) {
-            Some(url) => Ok(Target::Etcd {
-                url: url.to_string(),
-                store: super::etcd::open(url)?,
-            }),
+            Some(url) => {
+                let store = super::etcd::open(url)?;
+                let shared = super::etcd::shared(url, store.clone(), fern_kv::TakePolicy::Never)?;
+                Ok(Target::Etcd {
+                    url: url.to_string(),
+                    store,
+                    shared,
+                })
+            }
             None => Image::open_as(spec, DEFAULT_CACHE, access).map(Target::Image),
         }
     }
@@ -41,8 +49,8 @@ impl Target {
     pub fn fs(&self, access: Access) -> Result<Arc<Fs>, CmdError> {
         match self {
             Target::Image(img) => img.fs(),
-            Target::Etcd { url, store } => {
-                let kv: Arc<dyn fern_kv::KvStore> = store.clone();
+            Target::Etcd { url, shared, .. } => {
+                let kv = shared.clone();
                 let fs = if access == Access::ReadOnly {
                     Fs::mount_read_only(kv)
                 } else {
