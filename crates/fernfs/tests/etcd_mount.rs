@@ -139,7 +139,16 @@ impl TwoMounts {
         ok(&["mkfs", &url]);
         let points = MountPoints::two();
         let (a, b) = (points.a.clone(), points.b.clone());
-        ok(&["mount", &url, a.to_str().expect("utf-8")]);
+        // A holds the write-back delegation whenever nobody revoked it in the last cool-down
+        // (docs/design.md §7.3): every rule below must hold across its buffer too. B takes it
+        // only when busy (the default).
+        ok(&[
+            "mount",
+            &url,
+            a.to_str().expect("utf-8"),
+            "-o",
+            "delegations=always",
+        ]);
         ok(&["mount", &url, b.to_str().expect("utf-8")]);
         Some(TwoMounts {
             url,

@@ -103,6 +103,9 @@ fn juicefs_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Extra `-o` options of the `fernfs-etcd` mount (comma-separated), for A/B runs.
+pub const ETCD_OPTIONS_ENV: &str = "FERN_BENCH_ETCD_OPTIONS";
+
 /// A mount on a private etcd; unmounted before the server stops.
 pub struct EtcdMount {
     // Field order is drop order: the mount goes before its server.
@@ -115,16 +118,19 @@ impl EtcdMount {
     pub fn fernfs(exe: &Path, dir: &Path) -> Result<(Self, String)> {
         let etcd = Server::open()?;
         let url = etcd.url("fernfs");
-        let m = FuseMount::fernfs_on(
-            exe,
-            Path::new(&url),
-            &dir.join("mnt"),
-            "transport=dev".into(),
-        )?;
+        let mut options = "transport=dev".to_string();
+        // For A/B runs (e.g. delegations=off against the default), said in the report.
+        let extra = std::env::var(ETCD_OPTIONS_ENV).unwrap_or_default();
+        if !extra.is_empty() {
+            options.push(',');
+            options.push_str(&extra);
+        }
+        let m = FuseMount::fernfs_on(exe, Path::new(&url), &dir.join("mnt"), options.clone())?;
         let about = format!(
-            "fernfs-etcd: `fernfs mkfs {url}` + `fernfs mount … MP -f` by {} (etcd mount \
-             defaults: 1 s entry/attribute TTLs), daemon on CPUs {}; {}; sync = fsync of the \
-             root directory (every write is already durable in etcd)",
+            "fernfs-etcd: `fernfs mkfs {url}` + `fernfs mount … MP -f -o {options}` by {} \
+             (etcd mount defaults: 1 s entry/attribute TTLs, write-back delegation taken when \
+             busy), daemon on CPUs {}; {}; sync = fsync of the root directory (sends what \
+             the write-back buffered)",
             exe.display(),
             m.daemon_cpus,
             etcd.describe(),
