@@ -62,17 +62,18 @@ fn conforms_through_write_back_taking_when_busy() {
     });
 }
 
-/// A holder `a` (write-back), a second session `b` (write-back, free while `a` holds), and a
-/// plain store `raw` of the same prefix that sees only what is in etcd.
-fn trio(
-    what: &str,
-) -> Option<(
+/// What [`trio`] makes: the prefix's config, `a`'s inner store, `a`, `b`, `raw`.
+type Trio = (
     EtcdConfig,
     Arc<EtcdStore>,
     Arc<WriteBack>,
     Arc<WriteBack>,
     EtcdStore,
-)> {
+);
+
+/// A holder `a` (write-back), a second session `b` (write-back, free while `a` holds), and a
+/// plain store `raw` of the same prefix that sees only what is in etcd.
+fn trio(what: &str) -> Option<Trio> {
     let etcd = shared_for_tests()?;
     let cfg = etcd.config(&unique_prefix(what));
     let inner = Arc::new(EtcdStore::connect(&cfg, UpdateRegistry::new()).expect("connect a"));

@@ -4,8 +4,9 @@
 //! the bounded retry helper for optimistic transactions, the in-memory reference backend
 //! ([`mem::MemStore`], the test oracle) and the [`conformance`] suite every backend must pass.
 //!
-//! It also owns key guards ([`KeyGuard`]) and the delegation protocol of a shared store
-//! ([`Delegations`], docs/design.md §7), written against the traits only.
+//! It also owns key guards ([`KeyGuard`]), the delegation protocol of a shared store
+//! ([`Delegations`], docs/design.md §7) and write-back under a delegation of the whole store
+//! ([`WriteBack`], §7.3), written against the traits only.
 //!
 //! It must never depend on a backend (fern-tree, etcd, ...): backends depend on it.
 #![deny(unsafe_code)]
