@@ -7,7 +7,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use etcd_client::Client;
 use fern_kv::{KvError, KvResult};
@@ -27,6 +29,9 @@ pub(crate) struct Lease {
     /// Set by the keep-alive task when etcd says the lease expired: everything held by it is
     /// gone, and later `put_held` calls fail (etcd refuses an unknown lease).
     pub lost: Arc<AtomicBool>,
+    /// When the lease can expire at the earliest: the send time of the last renewal (or of
+    /// the grant) that etcd answered, plus the TTL it gave.
+    pub valid_until: Arc<Mutex<Instant>>,
 }
 
 impl Lease {
@@ -39,6 +44,7 @@ impl Lease {
     ) -> KvResult<Lease> {
         let mut lc = client.lease_client();
         let ttl = LEASE_TTL.as_secs() as i64;
+        let sent = Instant::now();
         let granted = rt
             .block_on(async { tokio::time::timeout(timeout, lc.grant(ttl, None)).await })
             .map_err(|_| KvError::from(timed_out(endpoints, timeout)))?
@@ -46,8 +52,16 @@ impl Lease {
         let lease = Lease {
             id: granted.id(),
             lost: Arc::new(AtomicBool::new(false)),
+            valid_until: Arc::new(Mutex::new(
+                sent + Duration::from_secs(granted.ttl().max(0) as u64),
+            )),
         };
-        rt.spawn(keep_alive(client.clone(), lease.id, lease.lost.clone()));
+        rt.spawn(keep_alive(
+            client.clone(),
+            lease.id,
+            lease.lost.clone(),
+            lease.valid_until.clone(),
+        ));
         Ok(lease)
     }
 
@@ -63,7 +77,12 @@ impl Lease {
 /// Renews lease `id` every third of its TTL until etcd says it is gone (then marks it lost and
 /// stops: a new lease could not bring back what the old one held). A broken stream is opened
 /// again; the task ends with the store's runtime.
-async fn keep_alive(client: Client, id: i64, lost: Arc<AtomicBool>) {
+async fn keep_alive(
+    client: Client,
+    id: i64,
+    lost: Arc<AtomicBool>,
+    valid_until: Arc<Mutex<Instant>>,
+) {
     let period = LEASE_TTL / 3;
     let mut lc = client.lease_client();
     loop {
@@ -75,11 +94,16 @@ async fn keep_alive(client: Client, id: i64, lost: Arc<AtomicBool>) {
             }
             Err(_) => {}
             Ok((mut keeper, mut stream)) => loop {
+                let sent = Instant::now();
                 if keeper.keep_alive().await.is_err() {
                     break;
                 }
                 match stream.message().await {
-                    Ok(Some(r)) if r.ttl() > 0 => {}
+                    Ok(Some(r)) if r.ttl() > 0 => {
+                        let until = sent + Duration::from_secs(r.ttl() as u64);
+                        let mut v = valid_until.lock();
+                        *v = (*v).max(until);
+                    }
                     Ok(Some(_)) => {
                         lost.store(true, Ordering::Release);
                         return;

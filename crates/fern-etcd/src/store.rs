@@ -817,6 +817,17 @@ impl KvSession for EtcdStore {
         self.wait_key_absent(tree, key, timeout)
     }
 
+    fn valid_until(&self) -> Option<Instant> {
+        let lease = self.lease.lock();
+        let l = lease.as_ref()?;
+        if l.lost.load(std::sync::atomic::Ordering::Acquire) {
+            // Known gone: no later than now.
+            return Some(Instant::now());
+        }
+        let until = *l.valid_until.lock();
+        Some(until)
+    }
+
     fn hold_tree(&self, tree: TreeId) -> KvResult<()> {
         self.live_lease()?;
         let tag = self.ks.tag(tree)?;

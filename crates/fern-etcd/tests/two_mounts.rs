@@ -4,7 +4,9 @@
 //! Every result (value or errno) must match, open handles must keep reading what the model
 //! says even after the other mount unlinked or renamed over their file, and at the end both
 //! mounts list the model's tree, and once every handle is closed no orphan and no
-//! registration is left.
+//! registration is left. The second property runs the same on two write-back stores that
+//! take the delegation whenever they may (docs/design.md §7.3): buffered operations, flushes
+//! on revocation and cool-downs under the same one model.
 //!
 //! Why two `Fs` in one process rather than two FUSE mounts: the kernels' entry and attribute
 //! TTLs (1 s on etcd mounts) make what a real mount answers right after another mount's change
@@ -15,12 +17,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+mod fs_common;
+use fs_common::held_config;
 
 use fern_etcd::local::{shared_for_tests, unique_prefix};
 use fern_etcd::EtcdStore;
 use fern_fs::path::{File, OpenOptions, PathFs};
 use fern_fs::{Cred, Fs, FsError, MkfsOptions, OpenFlags, RENAME_NOREPLACE};
-use fern_kv::{Direction, KeyRange, KvRead, KvStore};
+use fern_kv::{Direction, KeyRange, KvRead, KvStore, TakePolicy, WriteBack, WriteBackConfig};
 use proptest::prelude::*;
 
 type Errno = i32;
@@ -210,7 +216,7 @@ fn rw() -> OpenOptions {
 }
 
 struct Harness {
-    stores: [Arc<EtcdStore>; 2],
+    stores: [Arc<dyn KvStore>; 2],
     mounts: [PathFs; 2],
     files: Vec<File>,
     model: Model,
@@ -436,9 +442,67 @@ fn cases() -> u32 {
         .unwrap_or(32)
 }
 
-fn mount(store: &Arc<EtcdStore>) -> PathFs {
-    let kv: Arc<dyn KvStore> = store.clone();
-    PathFs::new(Arc::new(Fs::mount(kv).expect("mount")), Cred::root())
+fn mount(store: &Arc<dyn KvStore>) -> PathFs {
+    PathFs::new(
+        Arc::new(Fs::mount(store.clone()).expect("mount")),
+        Cred::root(),
+    )
+}
+
+/// One case: `ops` on two mounts of a fresh prefix, each mount's store the etcd connection
+/// itself or, with `write_back`, that connection through a `WriteBack` that takes the
+/// delegation whenever it may (docs/design.md §7.3): then the mounts trade the delegation at
+/// nearly every switch, and every result must still be the one model's.
+fn run_case(ops: &[Op], write_back: bool) -> Result<(), TestCaseError> {
+    let Some(etcd) = shared_for_tests() else {
+        return Ok(());
+    };
+    let cfg = etcd.config(&unique_prefix(if write_back { "two-wb" } else { "two" }));
+    let connect = || Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
+    let first = connect();
+    Fs::mkfs(&*first, MkfsOptions::default()).expect("mkfs");
+    let shared = |raw: Arc<EtcdStore>| -> Arc<dyn KvStore> {
+        if write_back {
+            // No cool-down: a mount takes the part back at its next operation after the
+            // other's revoked it, so nearly every switch of mount trades the delegation.
+            let cfg = WriteBackConfig {
+                cool_down: Duration::ZERO,
+                ..held_config(TakePolicy::Always)
+            };
+            WriteBack::open(raw, fern_fs::registry(), cfg).expect("write-back")
+        } else {
+            raw
+        }
+    };
+    let stores = [shared(first), shared(connect())];
+    let mounts = [mount(&stores[0]), mount(&stores[1])];
+    let mut h = Harness {
+        stores,
+        mounts,
+        files: Vec::new(),
+        model: Model::new(),
+    };
+    for op in ops {
+        h.apply(op)?;
+    }
+    h.check_tree()?;
+    // Every handle closed: nothing unlinked stays behind, and no registration.
+    while let Some(f) = h.files.pop() {
+        let (i, _) = h.model.open.pop().expect("handle");
+        h.mounts[i].close(f).expect("close");
+    }
+    for s in &h.stores {
+        s.sync().expect("sync");
+    }
+    let store = &h.stores[0];
+    for tree in ["fs.orphan", "fs.open"] {
+        let t = store.tree(tree).expect("tree");
+        let left = store
+            .scan(t, &KeyRange::all(), Direction::Forward, 10)
+            .expect("scan");
+        prop_assert!(left.is_empty(), "{} keeps {:?}", tree, left);
+    }
+    Ok(())
 }
 
 proptest! {
@@ -446,30 +510,11 @@ proptest! {
 
     #[test]
     fn two_mounts_match_one_model(ops in prop::collection::vec(op(), 1..50)) {
-        let Some(etcd) = shared_for_tests() else {
-            return Ok(());
-        };
-        let cfg = etcd.config(&unique_prefix("two"));
-        let connect = || Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
-        let first = connect();
-        Fs::mkfs(&*first, MkfsOptions::default()).expect("mkfs");
-        let stores = [first, connect()];
-        let mounts = [mount(&stores[0]), mount(&stores[1])];
-        let mut h = Harness { stores, mounts, files: Vec::new(), model: Model::new() };
-        for op in &ops {
-            h.apply(op)?;
-        }
-        h.check_tree()?;
-        // Every handle closed: nothing unlinked stays behind, and no registration.
-        while let Some(f) = h.files.pop() {
-            let (i, _) = h.model.open.pop().expect("handle");
-            h.mounts[i].close(f).expect("close");
-        }
-        let store = &h.stores[0];
-        for tree in ["fs.orphan", "fs.open"] {
-            let t = store.tree(tree).expect("tree");
-            let left = store.scan(t, &KeyRange::all(), Direction::Forward, 10).expect("scan");
-            prop_assert!(left.is_empty(), "{} keeps {:?}", tree, left);
-        }
+        run_case(&ops, false)?;
+    }
+
+    #[test]
+    fn two_write_back_mounts_match_one_model(ops in prop::collection::vec(op(), 1..50)) {
+        run_case(&ops, true)?;
     }
 }

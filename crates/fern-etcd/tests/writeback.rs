@@ -23,6 +23,7 @@ fn config(policy: TakePolicy) -> WriteBackConfig {
         revoke_tree: "t.revoke".into(),
         part: b"/".to_vec(),
         policy,
+        cool_down: fern_kv::COOL_DOWN,
     }
 }
 
@@ -224,4 +225,45 @@ fn revoke_lease(cfg: &EtcdConfig, id: u64) {
             .expect("client");
         c.lease_revoke(id as i64).await.expect("lease revoke");
     });
+}
+
+/// W6: with etcd frozen (every member SIGSTOPped: to the holder, an unreachable store), the
+/// holder answers from its overlay only while its lease is known alive; once fewer than 4 s
+/// of it can remain, its reads and commits fail instead of answering from a cache another
+/// session could by then have overtaken. (Without W6 the read below answers "1".)
+#[test]
+fn a_holder_cut_off_from_etcd_stops_answering_before_its_lease_can_expire() {
+    if shared_for_tests().is_none() {
+        return;
+    }
+    // A server of its own: freezing the shared one would stall the other tests.
+    let etcd = fern_etcd::local::LocalEtcd::start().expect("etcd");
+    let mut cfg = etcd.config(&unique_prefix("wb-w6"));
+    cfg.timeout = Duration::from_millis(1500);
+    let a = wrap(&cfg, UpdateRegistry::new(), TakePolicy::Always);
+    assert!(a.holds());
+    let t = a.tree("t").expect("tree");
+    let mut w = WriteBatch::new();
+    w.put(t, b"k".to_vec(), b"1".to_vec());
+    a.write(w, WriteOptions::SYNC).expect("write");
+    assert_eq!(a.get(t, b"k").expect("cached").as_deref(), Some(&b"1"[..]));
+    etcd.pause().expect("SIGSTOP etcd");
+    // The last renewal was at most ~3.4 s ago; 10 s of TTL minus 4 s of margin: by 7 s of
+    // silence the holder must refuse.
+    std::thread::sleep(Duration::from_secs(7));
+    let r = a.get(t, b"k");
+    let w = {
+        let mut w = WriteBatch::new();
+        w.put(t, b"k2".to_vec(), b"2".to_vec());
+        a.write(w, WriteOptions::NO_SYNC)
+    };
+    etcd.resume().expect("SIGCONT etcd");
+    assert!(
+        matches!(r, Err(KvError::Unavailable(_))),
+        "W6: a cut-off holder answered a read: {r:?}"
+    );
+    assert!(
+        matches!(w, Err(KvError::Unavailable(_))),
+        "W6: a cut-off holder took a write: {w:?}"
+    );
 }

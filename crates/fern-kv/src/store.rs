@@ -211,6 +211,15 @@ pub trait KvSession: Send + Sync {
     /// had to reconnect may repeat one.
     fn watch_puts(&self, tree: TreeId, on_put: Box<dyn Fn(Vec<u8>) + Send>) -> KvResult<()>;
 
+    /// An instant before which this session cannot have ended, when the backend can bound
+    /// it (etcd: the moment the last renewal that succeeded was sent, plus the time to live
+    /// it was granted — the server counts from when it received it, which is later).
+    /// `None`: unknown. A holder of a delegation answers from what it cached only well
+    /// before this instant (docs/design.md §7.3, W6): after it, another session may hold.
+    fn valid_until(&self) -> Option<std::time::Instant> {
+        None
+    }
+
     /// Returns `true` once `key` of `tree` is absent (at once if it is), `false` if it is
     /// still present after `timeout`.
     fn wait_absent(&self, tree: TreeId, key: &[u8], timeout: std::time::Duration)

@@ -56,10 +56,12 @@ pub fn held_config(policy: TakePolicy) -> WriteBackConfig {
         revoke_tree: fern_fs::REVOKE_TREE.into(),
         part: fern_fs::WRITE_BACK_PART.to_vec(),
         policy,
+        cool_down: fern_kv::COOL_DOWN,
     }
 }
 
 /// A write-back store owned by value (factories return stores by value or boxed).
+#[allow(dead_code)]
 pub struct Owned(pub Arc<WriteBack>);
 
 impl KvRead for Owned {

@@ -50,6 +50,9 @@ pub struct WriteBackConfig {
     pub part: Vec<u8>,
     /// When to take it.
     pub policy: TakePolicy,
+    /// How long the store stays free after a revocation or a refused take ([`COOL_DOWN`];
+    /// tests use zero to trade the part at every switch).
+    pub cool_down: Duration,
 }
 
 /// Writes in free mode within one second that make an [`TakePolicy::Auto`] store take the
@@ -68,6 +71,10 @@ const FLUSH_BYTES: usize = 4 << 20;
 const CACHE_BYTES: usize = 64 << 20;
 /// How often the background flusher sends what is buffered.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// A holder answers from its overlay only while its session is known alive for at least this
+/// long more (W6): a holder cut off from the store stops answering (`Unavailable`) well before
+/// its lease can expire and another session take the part.
+const SESSION_MARGIN: Duration = Duration::from_secs(4);
 /// Free-mode reads and writes that find the part held revoke and rerun at most this often.
 const FREE_ATTEMPTS: u32 = 4;
 
@@ -98,6 +105,7 @@ pub struct WriteBack {
     deleg: Delegations,
     part: Vec<u8>,
     policy: TakePolicy,
+    cool_down: Duration,
     state: RwLock<State>,
     burst: Mutex<Burst>,
 }
@@ -126,6 +134,7 @@ impl WriteBack {
             deleg,
             part: cfg.part,
             policy: cfg.policy,
+            cool_down: cfg.cool_down,
             state: RwLock::new(State {
                 mode: Mode::Free,
                 epoch: 0,
@@ -181,6 +190,19 @@ impl WriteBack {
         KvError::Unavailable(format!("write-back delegation lost: {why}"))
     }
 
+    /// `Ok` while this session is known alive for [`SESSION_MARGIN`] more (W6).
+    fn check_session(&self) -> KvResult<()> {
+        let until = self.core.store.session()?.and_then(|s| s.valid_until());
+        match until {
+            Some(t) if Instant::now() + SESSION_MARGIN > t => Err(KvError::Unavailable(
+                "write-back: the session has not been renewed lately (store unreachable?); \
+                 answering from the cache could be stale"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Asks the holder to give the part back and waits (W1).
     fn revoke_holder(&self) -> KvResult<()> {
         let session = self.core.store.session()?.ok_or_else(|| {
@@ -210,7 +232,7 @@ impl WriteBack {
                 st.mode = Mode::Held(grant);
                 st.epoch += 1;
             }
-            Ok(None) | Err(_) => st.quiet_until = Instant::now() + COOL_DOWN,
+            Ok(None) | Err(_) => st.quiet_until = Instant::now() + self.cool_down,
         }
     }
 
@@ -223,7 +245,11 @@ impl WriteBack {
         match self.policy {
             TakePolicy::Never => false,
             TakePolicy::Always => true,
-            TakePolicy::Auto => self.burst.lock().writes >= AUTO_WRITES,
+            TakePolicy::Auto => {
+                // A burst counts only while it is recent: writes long ago are no reason now.
+                let b = self.burst.lock();
+                b.writes >= AUTO_WRITES && b.since.elapsed() <= Duration::from_secs(1)
+            }
         }
     }
 
@@ -315,7 +341,7 @@ impl WriteBack {
                 *self.core.fence.lock() = None;
                 st.mode = Mode::Free;
                 st.epoch += 1;
-                st.quiet_until = Instant::now() + COOL_DOWN;
+                st.quiet_until = Instant::now() + self.cool_down;
                 Ok(())
             }
             Ok(false) => {
@@ -348,7 +374,7 @@ impl WriteBack {
             let epoch = st.epoch;
             let r = match &st.mode {
                 Mode::Free => free(&guard),
-                Mode::Held(_) => match held() {
+                Mode::Held(_) => match self.check_session().and_then(|()| held()) {
                     Err(e) if self.is_part_guard(&e) => {
                         drop(st);
                         self.lose(epoch, "a fenced read found the grant gone");
@@ -446,7 +472,10 @@ impl KvStore for WriteBack {
                 inner.guard_reads(&self.free_guard())?;
                 Kind::Free(inner)
             }
-            Mode::Held(_) => Kind::Held(OccTxn::begin(&self.core)),
+            Mode::Held(_) => {
+                self.check_session()?;
+                Kind::Held(OccTxn::begin(&self.core))
+            }
             Mode::Lost(why) => return Err(Self::lost_error(why)),
         };
         Ok(Box::new(WbTxn {
@@ -516,6 +545,9 @@ impl WbTxn<'_> {
         let st = self.wb.state.read();
         if st.epoch != self.epoch {
             return Err(KvError::Conflict);
+        }
+        if let Kind::Held(_) = self.kind {
+            self.wb.check_session()?;
         }
         let r = f(&self.kind);
         drop(st);
@@ -615,6 +647,7 @@ impl KvTxn for WbTxn<'_> {
                 }
             }
             Kind::Held(t) => {
+                wb.check_session()?;
                 let r = Box::new(t).commit(opts);
                 drop(st);
                 match r {

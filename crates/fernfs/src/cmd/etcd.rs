@@ -76,6 +76,7 @@ pub fn shared(
         revoke_tree: fern_fs::REVOKE_TREE.into(),
         part: fern_fs::WRITE_BACK_PART.to_vec(),
         policy,
+        cool_down: fern_kv::COOL_DOWN,
     };
     WriteBack::open(store, fern_fs::registry(), cfg)
         .map(|wb| wb as Arc<dyn KvStore>)
