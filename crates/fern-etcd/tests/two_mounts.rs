@@ -26,7 +26,7 @@ use fern_etcd::local::{shared_for_tests, unique_prefix};
 use fern_etcd::EtcdStore;
 use fern_fs::path::{File, OpenOptions, PathFs};
 use fern_fs::{Cred, Fs, FsError, MkfsOptions, OpenFlags, RENAME_NOREPLACE};
-use fern_kv::{Direction, KeyRange, KvRead, KvStore, TakePolicy, WriteBack, WriteBackConfig};
+use fern_kv::{Direction, KeyRange, KvStore, TakePolicy, WriteBack, WriteBackConfig};
 use proptest::prelude::*;
 
 type Errno = i32;
