@@ -7,6 +7,7 @@
 //! the held-mode reads and commits. It must never let one operation see two modes (W5).
 
 mod core;
+mod groups;
 mod overlay;
 mod ranges;
 

@@ -225,25 +225,12 @@ impl Overlay {
         self.bytes
     }
 
-    /// Takes the dirty log's batches, oldest first, grouped into batches of at most
-    /// `max_ops` ops and `max_bytes` bytes (each group whole batches, W3).
+    /// Takes the dirty log's batches, oldest first, cut into Txn-sized runs of whole
+    /// batches (`groups.rs`, W3).
     pub(crate) fn take_groups(&mut self, max_ops: usize, max_bytes: usize) -> Vec<WriteBatch> {
-        let mut groups: Vec<WriteBatch> = Vec::new();
-        let mut cur = WriteBatch::new();
-        for b in self.log.drain(..) {
-            if !cur.is_empty()
-                && (cur.len() + b.len() > max_ops || cur.bytes() + b.bytes() > max_bytes)
-            {
-                groups.push(std::mem::take(&mut cur));
-            }
-            cur.extend(b);
-        }
-        if !cur.is_empty() {
-            groups.push(cur);
-        }
         self.log_ops = 0;
         self.log_bytes = 0;
-        groups
+        super::groups::cut(self.log.drain(..), max_ops, max_bytes)
     }
 
     /// Puts groups that could not be sent back at the front of the log (a failed flush
