@@ -426,3 +426,22 @@ fn a_killed_mounts_open_files_are_freed_once_its_lease_expires() {
     assert!(report.contains("0 problems"), "{report}");
     assert!(!report.contains("pending orphan"), "{report}");
 }
+
+/// `fernfs stat MOUNTPOINT` of an etcd mount reports what it walked and the daemon's FUSE
+/// transport (the pjdfstest script checks that line). It failed with "No such file or
+/// directory": the mount's source, the URL, was taken for an image path.
+#[test]
+fn stat_of_an_etcd_mountpoint_walks_it_and_names_the_transport() {
+    let Some(m) = TwoMounts::start("statmnt") else {
+        return;
+    };
+    fs::write(m.a.join("one"), b"abc").expect("write");
+    fs::create_dir(m.a.join("d")).expect("mkdir");
+    let out = ok(&["stat", m.b.to_str().expect("utf-8")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("etcd file system:"), "{text}");
+    assert!(text.contains("regular files:      1"), "{text}");
+    assert!(text.contains("directories:        2"), "{text}");
+    assert!(text.contains("FUSE transport:"), "{text}");
+    m.finish();
+}

@@ -162,7 +162,12 @@ pub fn run(args: StatArgs) -> Result<(), CmdError> {
             CmdError::new(format!("{}: no fernfs mounted there", target.display()))
         })?;
         let engine = figures_of_mount(&target)?;
-        (image, walk_mount(&target)?, engine, "mount")
+        let counts = walk_mount(&target)?;
+        if let Some(src) = image.to_str().filter(|s| super::etcd::is_fsname(s)) {
+            // An etcd mount: no image to measure (its source names the store).
+            return report_etcd_mount(src, &counts, &engine, args.json);
+        }
+        (image, counts, engine, "mount")
     } else {
         let img = Image::open_as(&target, DEFAULT_CACHE, Access::ReadOnly)?;
         let fs = img.fs()?;
@@ -218,17 +223,7 @@ pub fn run(args: StatArgs) -> Result<(), CmdError> {
     println!("image size:         {image_bytes}");
     println!("image allocated:    {on_disk}");
     println!("logical/allocated:  {ratio:.3}");
-    // A mount's daemon reports its FUSE transport (fern_fuse::uring::TransportStatus::json).
-    if let Some(t) = engine["transport"].as_object() {
-        let note = t.get("note").and_then(Value::as_str);
-        println!(
-            "FUSE transport:     {} (asked: {}; {} requests through the rings){}",
-            t.get("active").and_then(Value::as_str).unwrap_or("?"),
-            t.get("requested").and_then(Value::as_str).unwrap_or("?"),
-            t.get("ring_requests").and_then(Value::as_u64).unwrap_or(0),
-            note.map(|n| format!("; {n}")).unwrap_or_default()
-        );
-    }
+    print_transport(&engine);
     let num = |k: &str| engine[k].as_f64();
     let or_na = |v: Option<String>| v.unwrap_or_else(|| "n/a (counted by a mount's daemon)".into());
     println!(
@@ -262,6 +257,52 @@ pub fn run(args: StatArgs) -> Result<(), CmdError> {
         engine["cache_limit_bytes"],
         engine["trees"]
     );
+    Ok(())
+}
+
+/// A mount's daemon reports its FUSE transport (fern_fuse::uring::TransportStatus::json).
+fn print_transport(engine: &Value) {
+    if let Some(t) = engine["transport"].as_object() {
+        let note = t.get("note").and_then(Value::as_str);
+        println!(
+            "FUSE transport:     {} (asked: {}; {} requests through the rings){}",
+            t.get("active").and_then(Value::as_str).unwrap_or("?"),
+            t.get("requested").and_then(Value::as_str).unwrap_or("?"),
+            t.get("ring_requests").and_then(Value::as_u64).unwrap_or(0),
+            note.map(|n| format!("; {n}")).unwrap_or_default()
+        );
+    }
+}
+
+/// `fernfs stat MOUNTPOINT` of an etcd mount (`src`: its /proc/mounts source): what the walk
+/// through the mount counted, and the daemon's transport.
+fn report_etcd_mount(
+    src: &str,
+    counts: &Counts,
+    engine: &Value,
+    json: bool,
+) -> Result<(), CmdError> {
+    if json {
+        let out = json!({
+            "etcd": src,
+            "read_via": "mount",
+            "directories": counts.dirs,
+            "files": counts.files,
+            "symlinks": counts.symlinks,
+            "other": counts.other,
+            "logical_bytes": counts.logical_bytes,
+            "engine": engine,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    println!("etcd file system:   {src} (read via the mount)");
+    println!("directories:        {}", counts.dirs);
+    println!("regular files:      {}", counts.files);
+    println!("symlinks:           {}", counts.symlinks);
+    println!("other inodes:       {}", counts.other);
+    println!("logical bytes:      {}", counts.logical_bytes);
+    print_transport(engine);
     Ok(())
 }
 
