@@ -445,3 +445,32 @@ fn stat_of_an_etcd_mountpoint_walks_it_and_names_the_transport() {
     assert!(text.contains("FUSE transport:"), "{text}");
     m.finish();
 }
+
+/// A clean unmount of a mount holding the write-back delegation sends what it buffered before
+/// the daemon exits (docs/design.md §7.3): files made a moment before `umount` — before the
+/// once-a-second flush — are all there on the next mount, and fsck is clean.
+#[test]
+fn an_unmount_sends_what_the_write_back_buffered() {
+    if fern_testkit::skipped(fern_testkit::Need::Fuse, fern_testkit::fuse_as_root()) {
+        return;
+    }
+    let Some(etcd) = shared_for_tests() else {
+        return;
+    };
+    let url = etcd.url(&unique_prefix("umountflush"));
+    ok(&["mkfs", &url]);
+    let points = MountPoints::two();
+    let a = points.a.to_str().expect("utf-8");
+    ok(&["mount", &url, a, "-o", "delegations=always"]);
+    for i in 0..40 {
+        fs::write(points.a.join(format!("f{i}")), b"buffered").expect("write");
+    }
+    ok(&["umount", a]);
+    ok(&["mount", &url, a, "-o", "delegations=off"]);
+    let names = fs::read_dir(&points.a).expect("list").count();
+    assert_eq!(names, 40, "every file made before the unmount");
+    assert_eq!(fs::read(points.a.join("f39")).expect("read"), b"buffered");
+    ok(&["umount", a]);
+    let out = ok(&["fsck", &url]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 problems"));
+}
