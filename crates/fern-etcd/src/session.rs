@@ -17,8 +17,8 @@ use fern_kv::{KvError, KvResult};
 use crate::error::{classify, timed_out};
 
 /// Time to live of a session's lease: how long a dead mount's registrations outlive it. Long
-/// enough that a busy or briefly partitioned mount keeps its lease (it is renewed every third
-/// of it), short enough that a crashed mount's open files are freed soon after.
+/// enough that a busy or briefly partitioned mount keeps its lease (it is renewed every
+/// fifth of it), short enough that a crashed mount's open files are freed soon after.
 pub const LEASE_TTL: Duration = Duration::from_secs(10);
 
 /// A granted lease and whether it is known lost.
@@ -61,6 +61,7 @@ impl Lease {
             lease.id,
             lease.lost.clone(),
             lease.valid_until.clone(),
+            timeout.min(LEASE_TTL / 5),
         ));
         Ok(lease)
     }
@@ -74,37 +75,47 @@ impl Lease {
     }
 }
 
-/// Renews lease `id` every third of its TTL until etcd says it is gone (then marks it lost and
+/// Renews lease `id` every fifth of its TTL until etcd says it is gone (then marks it lost and
 /// stops: a new lease could not bring back what the old one held). A broken stream is opened
 /// again; the task ends with the store's runtime.
+///
+/// Every step is bounded by `timeout`: after a leader is killed, a stream to a surviving
+/// member can stay open and never answer a renewal (the forward to the dead leader is
+/// dropped), and an unbounded wait there let the lease expire under a live mount — a
+/// write-back holder then stopped answering (W6) and lost its grant; an opened stream that
+/// does not answer in time is replaced.
 async fn keep_alive(
     client: Client,
     id: i64,
     lost: Arc<AtomicBool>,
     valid_until: Arc<Mutex<Instant>>,
+    timeout: Duration,
 ) {
-    let period = LEASE_TTL / 3;
+    // A fifth, not a third: a write-back holder answers only while its renewal is recent
+    // (fern-kv W6), so a leader election must fit in the slack between renewals.
+    let period = LEASE_TTL / 5;
     let mut lc = client.lease_client();
     loop {
-        match lc.keep_alive(id).await {
-            Err(etcd_client::Error::LeaseKeepAliveError(_)) => {
+        match tokio::time::timeout(timeout, lc.keep_alive(id)).await {
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
                 // etcd answered that the lease no longer exists.
                 lost.store(true, Ordering::Release);
                 return;
             }
-            Err(_) => {}
-            Ok((mut keeper, mut stream)) => loop {
+            Err(_) | Ok(Err(_)) => {}
+            Ok(Ok((mut keeper, mut stream))) => loop {
                 let sent = Instant::now();
-                if keeper.keep_alive().await.is_err() {
-                    break;
+                match tokio::time::timeout(timeout, keeper.keep_alive()).await {
+                    Ok(Ok(())) => {}
+                    _ => break,
                 }
-                match stream.message().await {
-                    Ok(Some(r)) if r.ttl() > 0 => {
+                match tokio::time::timeout(timeout, stream.message()).await {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => {
                         let until = sent + Duration::from_secs(r.ttl() as u64);
                         let mut v = valid_until.lock();
                         *v = (*v).max(until);
                     }
-                    Ok(Some(_)) => {
+                    Ok(Ok(Some(_))) => {
                         lost.store(true, Ordering::Release);
                         return;
                     }

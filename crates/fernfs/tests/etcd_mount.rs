@@ -140,8 +140,8 @@ impl TwoMounts {
         let points = MountPoints::two();
         let (a, b) = (points.a.clone(), points.b.clone());
         // A holds the write-back delegation whenever nobody revoked it in the last cool-down
-        // (docs/design.md §7.3): every rule below must hold across its buffer too. B takes it
-        // only when busy (the default).
+        // (docs/design.md §7.3): every rule below must hold across its buffer too. B never
+        // takes it (the default, `off`): it only revokes.
         ok(&[
             "mount",
             &url,

@@ -75,7 +75,7 @@ const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// A holder answers from its overlay only while its session is known alive for at least this
 /// long more (W6): a holder cut off from the store stops answering (`Unavailable`) well before
 /// its lease can expire and another session take the part.
-const SESSION_MARGIN: Duration = Duration::from_secs(4);
+const SESSION_MARGIN: Duration = Duration::from_secs(3);
 /// Free-mode reads and writes that find the part held revoke and rerun at most this often.
 const FREE_ATTEMPTS: u32 = 4;
 
