@@ -456,6 +456,21 @@ pub fn shared_for_tests() -> Option<&'static LocalEtcd> {
     server.as_ref()
 }
 
+/// Ends lease `id` through a client of its own: what etcd does to a session cut off for
+/// longer than its time to live (tests of fencing: `tests/delegation.rs`, `tests/writeback.rs`).
+pub fn revoke_lease(cfg: &crate::EtcdConfig, id: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect(&cfg.endpoints, None)
+            .await
+            .expect("client");
+        c.lease_revoke(id as i64).await.expect("lease revoke");
+    });
+}
+
 /// A fresh prefix for one store of a test (unique within the process and across processes).
 pub fn unique_prefix(what: &str) -> String {
     static SEQ: AtomicU32 = AtomicU32::new(0);

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fern_etcd::local::{shared_for_tests, unique_prefix};
+use fern_etcd::local::{revoke_lease, shared_for_tests, unique_prefix};
 use fern_etcd::{EtcdConfig, EtcdStore, LEASE_TTL};
 use fern_kv::{Delegations, Grant, KvError, KvRead, KvSession, KvStore, WriteBatch, WriteOptions};
 
@@ -260,21 +260,6 @@ fn a_holder_whose_lease_ended_is_fenced_and_cannot_release_anothers_grant() {
             .expect("revoke"),
         "B still holds it"
     );
-}
-
-/// Ends lease `id` through a client of its own (what etcd does when a holder is cut off for
-/// longer than the lease's time to live).
-fn revoke_lease(cfg: &EtcdConfig, id: u64) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect(&cfg.endpoints, None)
-            .await
-            .expect("client");
-        c.lease_revoke(id as i64).await.expect("lease revoke");
-    });
 }
 
 #[test]

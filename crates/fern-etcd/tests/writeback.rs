@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 mod fs_common;
 use fs_common::Owned;
 
-use fern_etcd::local::{shared_for_tests, unique_prefix};
+use fern_etcd::local::{revoke_lease, shared_for_tests, unique_prefix};
 use fern_etcd::{EtcdConfig, EtcdStore};
 use fern_kv::{
     Direction, KeyRange, KvError, KvRead, KvStore, TakePolicy, UpdateRegistry, WriteBack,
@@ -210,21 +210,6 @@ fn a_holder_whose_lease_ended_loses_its_buffer_and_says_so() {
         matches!(a.get(t, b"synced"), Err(KvError::Unavailable(_))),
         "every later operation fails"
     );
-}
-
-/// Ends lease `id` through a client of its own (etcd's view of a holder cut off for longer
-/// than the lease's time to live).
-fn revoke_lease(cfg: &EtcdConfig, id: u64) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut c = etcd_client::Client::connect(&cfg.endpoints, None)
-            .await
-            .expect("client");
-        c.lease_revoke(id as i64).await.expect("lease revoke");
-    });
 }
 
 /// W6: with etcd frozen (every member SIGSTOPped: to the holder, an unreachable store), the
