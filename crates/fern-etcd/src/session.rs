@@ -27,7 +27,7 @@ pub(crate) struct Lease {
     /// The etcd lease id (positive, unique in the cluster's history).
     pub id: i64,
     /// Set by the keep-alive task when etcd says the lease expired: everything held by it is
-    /// gone, and later `put_held` calls fail (etcd refuses an unknown lease).
+    /// gone, and later puts into held trees fail (etcd refuses an unknown lease).
     pub lost: Arc<AtomicBool>,
     /// When the lease can expire at the earliest: the send time of the last renewal (or of
     /// the grant) that etcd answered, plus the TTL it gave.

@@ -797,18 +797,6 @@ impl KvSession for EtcdStore {
         self.lease.lock().as_ref().map_or(0, |l| l.id as u64)
     }
 
-    fn put_held(&self, tree: TreeId, key: &[u8], value: &[u8]) -> KvResult<()> {
-        let lease = self.live_lease()?;
-        let k = self.ks.key(tree, key)?;
-        let opts = etcd_client::PutOptions::new().with_lease(lease.id);
-        // A put is idempotent, so it may be sent again after any failure.
-        self.call(Resend::Always, |mut kv| {
-            let (k, v, opts) = (k.clone(), value.to_vec(), opts.clone());
-            async move { kv.put(k, v, Some(opts)).await }
-        })?;
-        Ok(())
-    }
-
     fn watch_puts(&self, tree: TreeId, on_put: Box<dyn Fn(Vec<u8>) + Send>) -> KvResult<()> {
         self.watch_tree_puts(tree, on_put)
     }

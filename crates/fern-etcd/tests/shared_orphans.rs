@@ -105,7 +105,7 @@ fn two_fs_of_one_store_never_unregister_each_others_opens() {
 }
 
 /// A put into a held tree in an ordinary batch (fern-fs: a file's registration in the
-/// transaction creating it) is held by the lease like `put_held`: it goes when the session
+/// transaction creating it) is held by the lease: it goes when the session
 /// ends, so a dead mount's creations-in-progress never pin files forever.
 #[test]
 fn puts_into_a_held_tree_go_with_the_session() {

@@ -518,3 +518,24 @@ proptest! {
         run_case(&ops, true)?;
     }
 }
+
+/// Found by `two_write_back_mounts_match_one_model` (CI, 2026-11-29): the holder creates and
+/// closes a file (its registration put and deleted in the overlay), opens it again, and the
+/// other mount unlinks it. The reopen's registration went straight to etcd, the revocation's
+/// flush then sent the close's buffered delete of that same key after it, the unlink saw no
+/// registration and freed the file, and the holder's handle answered `ESTALE`. Registrations
+/// are now ordinary writes through the mount's store (docs/design.md §7.3, W2).
+#[test]
+fn an_open_on_the_holder_survives_the_flush_of_an_earlier_close() {
+    let b = || vec!["b".to_string()];
+    let ops = [
+        Op::Create(0, b(), 0, 0),
+        Op::Open(0, b()),
+        Op::Unlink(1, b()),
+        Op::Write(0, 0, 1, 7),
+        Op::Read(0),
+    ];
+    for _ in 0..3 {
+        run_case(&ops, true).expect("one model");
+    }
+}

@@ -94,12 +94,15 @@ impl Fs {
         let Some(sh) = self.shared else {
             return Ok(());
         };
-        let session = self
-            .kv
-            .session()?
-            .ok_or_else(|| FsError::corrupt("shared store lost its session"))?;
         let key = sh.key(ino);
-        session.put_held(sh.open, &key, &[])?;
+        // An ordinary write: the store holds every put into `fs.open` by the session
+        // (`hold_tree`, asked at mount), and a write through the mount's own store is ordered
+        // with the mount's other writes. A put beside the store — straight to the session —
+        // could land before a buffered delete of the same key that a write-back store sends
+        // later, and so vanish while the file is open (two_mounts.rs found it).
+        let mut b = fern_kv::WriteBatch::new();
+        b.put(sh.open, key.clone(), Vec::new());
+        self.kv.write(b, WriteOptions::NO_SYNC)?;
         if let Err(e) = self.read_inode(ino) {
             let mut b = fern_kv::WriteBatch::new();
             b.delete(sh.open, key);

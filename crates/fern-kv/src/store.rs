@@ -194,14 +194,14 @@ pub trait KvSession: Send + Sync {
     /// Unique among the sessions ever started on the store.
     fn id(&self) -> u64;
 
-    /// Puts `key` → `value` in `tree`, held by this session: durable on return, and removed
-    /// by the store when the session ends. Removing it earlier is an ordinary delete.
-    fn put_held(&self, tree: TreeId, key: &[u8], value: &[u8]) -> KvResult<()>;
-
     /// From now on every put into `tree` through this handle — in a `write` batch or a
-    /// transaction's commit — is held by this session, as if by [`KvSession::put_held`], so
-    /// a held key can be written atomically with other keys (fern-fs: a file's open
-    /// registration in the transaction that creates it). Fails when the session is lost.
+    /// transaction's commit — is held by this session: removed by the store when the session
+    /// ends (removing it earlier is an ordinary delete), and refused once the session is
+    /// lost. Held keys are written like any other, so they can be atomic with other keys
+    /// (fern-fs: a file's open registration in the transaction that creates it) and stay
+    /// ordered with the handle's other writes — there is deliberately no put beside the
+    /// write path, which a write-back store (`WriteBack`) would reorder against what it
+    /// buffered. Fails when the session is lost.
     fn hold_tree(&self, tree: TreeId) -> KvResult<()>;
 
     /// From now until the handle goes away, calls `on_put(key)` for every put into `tree` by
