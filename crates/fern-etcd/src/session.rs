@@ -32,6 +32,9 @@ pub(crate) struct Lease {
     /// When the lease can expire at the earliest: the send time of the last renewal (or of
     /// the grant) that etcd answered, plus the TTL it gave.
     pub valid_until: Arc<Mutex<Instant>>,
+    /// Fault injection for tests: no periodic renewal is sent before this instant
+    /// (`EtcdStore::stall_renewals`), as when the renewal stream lags after an election.
+    pub stalled_until: Arc<Mutex<Instant>>,
 }
 
 impl Lease {
@@ -55,15 +58,62 @@ impl Lease {
             valid_until: Arc::new(Mutex::new(
                 sent + Duration::from_secs(granted.ttl().max(0) as u64),
             )),
+            stalled_until: Arc::new(Mutex::new(sent)),
         };
         rt.spawn(keep_alive(
             client.clone(),
             lease.id,
             lease.lost.clone(),
             lease.valid_until.clone(),
+            lease.stalled_until.clone(),
             timeout.min(LEASE_TTL / 5),
         ));
         Ok(lease)
+    }
+
+    /// Renews the lease now, outside the periodic renewals, within `timeout`: for a holder of
+    /// a write-back delegation whose last renewal is too old to answer from its cache (fern-kv
+    /// W6) — after a leader election the periodic stream may take a few seconds to answer
+    /// again while the cluster already does. `Unavailable` when etcd did not answer in time;
+    /// marks the lease lost when etcd says it is gone.
+    pub fn renew_now(
+        &self,
+        client: &Client,
+        rt: &tokio::runtime::Runtime,
+        timeout: Duration,
+        endpoints: &str,
+    ) -> KvResult<()> {
+        let mut lc = client.lease_client();
+        let r = rt.block_on(async {
+            tokio::time::timeout(timeout, async {
+                let (mut keeper, mut stream) = lc.keep_alive(self.id).await?;
+                let sent = Instant::now();
+                keeper.keep_alive().await?;
+                Ok::<_, etcd_client::Error>((sent, stream.message().await?))
+            })
+            .await
+        });
+        match r {
+            Err(_) => Err(KvError::from(timed_out(endpoints, timeout))),
+            Ok(Ok((sent, Some(resp)))) => {
+                if !note_renewal(&self.lost, &self.valid_until, sent, resp.ttl()) {
+                    return Err(KvError::Unavailable(format!(
+                        "etcd at {endpoints}: this mount's lease expired"
+                    )));
+                }
+                Ok(())
+            }
+            Ok(Ok((_, None))) => Err(KvError::Unavailable(format!(
+                "etcd at {endpoints}: the lease renewal stream closed"
+            ))),
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
+                self.lost.store(true, Ordering::Release);
+                Err(KvError::Unavailable(format!(
+                    "etcd at {endpoints}: this mount's lease expired"
+                )))
+            }
+            Ok(Err(e)) => Err(KvError::from(classify(e, endpoints))),
+        }
     }
 
     /// Ends the lease now (its keys disappear); best effort within `timeout`: if etcd cannot
@@ -89,6 +139,7 @@ async fn keep_alive(
     id: i64,
     lost: Arc<AtomicBool>,
     valid_until: Arc<Mutex<Instant>>,
+    stalled_until: Arc<Mutex<Instant>>,
     timeout: Duration,
 ) {
     // A fifth, not a third: a write-back holder answers only while its renewal is recent
@@ -104,20 +155,22 @@ async fn keep_alive(
             }
             Err(_) | Ok(Err(_)) => {}
             Ok(Ok((mut keeper, mut stream))) => loop {
+                let stall = stalled_until
+                    .lock()
+                    .saturating_duration_since(Instant::now());
+                if !stall.is_zero() {
+                    tokio::time::sleep(stall).await;
+                }
                 let sent = Instant::now();
                 match tokio::time::timeout(timeout, keeper.keep_alive()).await {
                     Ok(Ok(())) => {}
                     _ => break,
                 }
                 match tokio::time::timeout(timeout, stream.message()).await {
-                    Ok(Ok(Some(r))) if r.ttl() > 0 => {
-                        let until = sent + Duration::from_secs(r.ttl() as u64);
-                        let mut v = valid_until.lock();
-                        *v = (*v).max(until);
-                    }
-                    Ok(Ok(Some(_))) => {
-                        lost.store(true, Ordering::Release);
-                        return;
+                    Ok(Ok(Some(r))) => {
+                        if !note_renewal(&lost, &valid_until, sent, r.ttl()) {
+                            return;
+                        }
                     }
                     _ => break,
                 }
@@ -126,4 +179,19 @@ async fn keep_alive(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Records etcd's answer to a renewal sent at `sent`: a positive `ttl` moves `valid_until`
+/// (never back: answers may arrive out of order between the periodic stream and
+/// [`Lease::renew_now`]); zero or less means etcd no longer knows the lease, which is then
+/// lost. Returns whether the lease is alive.
+fn note_renewal(lost: &AtomicBool, valid_until: &Mutex<Instant>, sent: Instant, ttl: i64) -> bool {
+    if ttl <= 0 {
+        lost.store(true, Ordering::Release);
+        return false;
+    }
+    let until = sent + Duration::from_secs(ttl as u64);
+    let mut v = valid_until.lock();
+    *v = (*v).max(until);
+    true
 }

@@ -779,6 +779,16 @@ impl EtcdStore {
     }
 
     /// The session's lease, unless etcd said it expired (then nothing may be put under it).
+    /// Fault injection for tests: sends no periodic lease renewal for `d` from now (the
+    /// lease itself stays alive on etcd for its TTL), as when the renewal stream lags after
+    /// a leader election. Grants the session first if need be.
+    #[doc(hidden)]
+    pub fn stall_renewals(&self, d: Duration) -> KvResult<()> {
+        let lease = self.live_lease()?;
+        *lease.stalled_until.lock() = Instant::now() + d;
+        Ok(())
+    }
+
     fn live_lease(&self) -> KvResult<Arc<Lease>> {
         let lease = self.lease()?;
         if lease.lost.load(Ordering::Acquire) {
@@ -803,6 +813,13 @@ impl KvSession for EtcdStore {
 
     fn wait_absent(&self, tree: TreeId, key: &[u8], timeout: Duration) -> KvResult<bool> {
         self.wait_key_absent(tree, key, timeout)
+    }
+
+    fn renew(&self) -> KvResult<()> {
+        let lease = self.live_lease()?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let client = self.client.read().clone();
+        lease.renew_now(&client, &self.rt, self.timeout, &self.endpoints)
     }
 
     fn valid_until(&self) -> Option<Instant> {

@@ -26,7 +26,10 @@
 //!   (as in an etcd `Txn`: read first, then decide what to write). `commit` applies the batch
 //!   atomically if and only if nothing the transaction read was written by another commit
 //!   after the transaction began; otherwise it returns [`crate::KvError::Conflict`] and applies
-//!   nothing. [`crate::transact`] retries with bounded, jittered backoff.
+//!   nothing. A read through the transaction may return `Conflict` too, when the backend
+//!   already knows the commit would (a write-back store whose mode changed since the begin:
+//!   its reads must not mix two modes); the caller reruns as after a failed commit.
+//!   [`crate::transact`] retries either with bounded, jittered backoff.
 //! * **Durability.** A write or commit with [`WriteOptions::sync`] is durable when it returns.
 //!   Without it, it is atomic but may be lost, whole, at a crash; [`KvStore::sync`] makes every
 //!   earlier write durable. Writes are durable in order: a crash never keeps a later batch and
@@ -218,6 +221,14 @@ pub trait KvSession: Send + Sync {
     /// before this instant (docs/design.md §7.3, W6): after it, another session may hold.
     fn valid_until(&self) -> Option<std::time::Instant> {
         None
+    }
+
+    /// Renews the session now, so that [`KvSession::valid_until`] reflects this moment
+    /// (etcd: one lease renewal, bounded by the store's timeout). For a holder whose last
+    /// periodic renewal is too old to answer from its cache (W6). Nothing to do where the
+    /// backend cannot bound the session.
+    fn renew(&self) -> KvResult<()> {
+        Ok(())
     }
 
     /// Returns `true` once `key` of `tree` is absent (at once if it is), `false` if it is

@@ -5,9 +5,14 @@
 //! acknowledged may be lost, the mount goes on writing once a new leader is elected, and
 //! `fernfs fsck` is clean at the end.
 //!
-//! Rounds: `FERN_ETCD_FAULT_ROUNDS` (default 20 each). Needs /dev/fuse and root, and an etcd
-//! binary: without them it prints SKIPPED and returns, unless FERN_REQUIRE_FUSE=1 /
-//! FERN_REQUIRE_ETCD=1 make that a failure.
+//! The leader kills run twice: at the default (`delegations=auto`, which this workload never
+//! makes take) and with the mount holding the write-back delegation throughout.
+//!
+//! Rounds: `FERN_ETCD_FAULT_ROUNDS` (default 20 each); `FERN_ETCD_FAULT_MOUNT_OPTS` adds
+//! `-o OPTS` to every mount (e.g. `delegations=always,log=/tmp/ef.log`, to hunt write-back
+//! faults with the daemons' logs). Needs /dev/fuse and root, and an etcd binary: without
+//! them it prints SKIPPED and returns, unless FERN_REQUIRE_FUSE=1 / FERN_REQUIRE_ETCD=1
+//! make that a failure.
 
 use std::fs;
 use std::io::Write;
@@ -62,6 +67,27 @@ fn daemon_pid(mp: &Path) -> i32 {
         .unwrap_or_else(|| panic!("no fernfs daemon serves {want}"))
 }
 
+/// Mounts `url` at `mp` with the options of `FERN_ETCD_FAULT_MOUNT_OPTS`, if any.
+fn mount(url: &str, mp: &Path) {
+    mount_with(url, mp, "");
+}
+
+/// Mounts `url` at `mp` with `-o opts` (none if empty), then those of
+/// `FERN_ETCD_FAULT_MOUNT_OPTS` (later options win).
+fn mount_with(url: &str, mp: &Path, opts: &str) {
+    let mp = mp.to_str().expect("utf-8");
+    let extra = std::env::var("FERN_ETCD_FAULT_MOUNT_OPTS").unwrap_or_default();
+    let all: Vec<&str> = [opts, extra.as_str()]
+        .into_iter()
+        .filter(|o| !o.is_empty())
+        .collect();
+    if all.is_empty() {
+        ok(&["mount", url, mp]);
+    } else {
+        ok(&["mount", url, mp, "-o", &all.join(",")]);
+    }
+}
+
 fn fsck_clean(url: &str) {
     let out = ok(&["fsck", url]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -73,8 +99,21 @@ fn needs() -> bool {
         && shared_for_tests().is_some()
 }
 
+/// At the default (`delegations=auto`): this workload — one file and one fsync at a time —
+/// never makes the mount take the write-back delegation, so every operation is a guarded Txn.
 #[test]
 fn leader_killed_under_a_mount_loses_nothing_acknowledged() {
+    leader_killed_under("");
+}
+
+/// The same with the mount holding the write-back delegation throughout: its flushes,
+/// fenced reads and lease renewals ride through the elections (docs/design.md §7.3, W4, W6).
+#[test]
+fn leader_killed_under_a_holding_mount_loses_nothing_acknowledged() {
+    leader_killed_under("delegations=always");
+}
+
+fn leader_killed_under(opts: &str) {
     if !needs() {
         return;
     }
@@ -85,7 +124,7 @@ fn leader_killed_under_a_mount_loses_nothing_acknowledged() {
     let mp = tmp.path().join("m");
     fs::create_dir(&mp).expect("mkdir");
     let _g = MountGuard(mp.clone());
-    ok(&["mount", &url, mp.to_str().expect("utf-8")]);
+    mount_with(&url, &mp, opts);
 
     let acked = Mutex::new(Vec::<String>::new());
     let failed = Mutex::new(0usize);
@@ -132,14 +171,14 @@ fn leader_killed_under_a_mount_loses_nothing_acknowledged() {
     });
     let acked = acked.into_inner().expect("lock");
     eprintln!(
-        "{n} leader kills in {:?}: {} files acknowledged, {} writes failed (EIO) on the way",
+        "{n} leader kills ({opts:?}) in {:?}: {} files acknowledged, {} writes failed (EIO) on the way",
         start.elapsed(),
         acked.len(),
         failed.into_inner().expect("lock")
     );
     check_acked(&mp, &acked, "through the mount");
     ok(&["umount", mp.to_str().expect("utf-8")]);
-    ok(&["mount", &url, mp.to_str().expect("utf-8")]);
+    mount_with(&url, &mp, opts);
     check_acked(&mp, &acked, "after a remount");
     ok(&["umount", mp.to_str().expect("utf-8")]);
     fsck_clean(&url);
@@ -155,13 +194,13 @@ fn a_mount_daemon_killed_loses_nothing_acknowledged_and_the_other_mount_goes_on(
     ok(&["mkfs", &url]);
     let points = MountPoints::two();
     let (a, b) = (points.a.clone(), points.b.clone());
-    ok(&["mount", &url, b.to_str().expect("utf-8")]);
+    mount(&url, &b);
     let mut acked = Vec::new();
     let n = rounds();
     let start = Instant::now();
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
     for round in 0..n {
-        ok(&["mount", &url, a.to_str().expect("utf-8")]);
+        mount(&url, &a);
         let pid = daemon_pid(&a);
         seed ^= seed << 13;
         seed ^= seed >> 7;
@@ -207,7 +246,7 @@ fn a_mount_daemon_killed_loses_nothing_acknowledged_and_the_other_mount_goes_on(
     );
     ok(&["umount", b.to_str().expect("utf-8")]);
     fsck_clean(&url);
-    ok(&["mount", &url, a.to_str().expect("utf-8")]);
+    mount(&url, &a);
     check_acked(&a, &acked, "on a fresh mount");
     ok(&["umount", a.to_str().expect("utf-8")]);
 }

@@ -177,6 +177,11 @@ impl WriteBack {
         self.give_back()
     }
 
+    /// The part, for the log.
+    fn part_name(&self) -> String {
+        String::from_utf8_lossy(&self.part).into_owned()
+    }
+
     fn free_guard(&self) -> KeyGuard {
         self.deleg.free(&self.part)
     }
@@ -191,16 +196,38 @@ impl WriteBack {
         KvError::Unavailable(format!("write-back delegation lost: {why}"))
     }
 
-    /// `Ok` while this session is known alive for [`SESSION_MARGIN`] more (W6).
+    /// `Ok` while this session is known alive for [`SESSION_MARGIN`] more (W6). When the last
+    /// renewal is too old, renews once now before refusing: after a leader election the
+    /// periodic renewals can lag seconds behind a cluster that already answers, and refusing
+    /// then turned a healthy mount's reads into EIO (fernfs `etcd_faults`).
     fn check_session(&self) -> KvResult<()> {
-        let until = self.core.store.session()?.and_then(|s| s.valid_until());
+        let Some(session) = self.core.store.session()? else {
+            return Ok(());
+        };
+        let fresh =
+            |until: Option<Instant>| until.is_none_or(|t| Instant::now() + SESSION_MARGIN <= t);
+        if fresh(session.valid_until()) {
+            return Ok(());
+        }
+        let renewed = session.renew();
+        let until = session.valid_until();
         match until {
-            Some(t) if Instant::now() + SESSION_MARGIN > t => Err(KvError::Unavailable(
-                "write-back: the session has not been renewed lately (store unreachable?); \
+            Some(t) if !fresh(until) => {
+                log::warn!(
+                    "write-back: refusing to answer from the cache, the session is known \
+                     alive only {:?} more (W6; renewing now: {renewed:?})",
+                    t.saturating_duration_since(Instant::now())
+                );
+                Err(KvError::Unavailable(
+                    "write-back: the session has not been renewed lately (store unreachable?); \
                  answering from the cache could be stale"
-                    .into(),
-            )),
-            _ => Ok(()),
+                        .into(),
+                ))
+            }
+            _ => {
+                log::info!("write-back: renewed the session itself (its periodic renewals lag)");
+                Ok(())
+            }
         }
     }
 
@@ -230,6 +257,10 @@ impl WriteBack {
         match self.deleg.take(&*self.core.store, &self.part) {
             Ok(Some(grant)) => {
                 *self.core.fence.lock() = Some(self.deleg.fence(&grant));
+                log::info!(
+                    "write-back: took the delegation of part {:?}",
+                    self.part_name()
+                );
                 st.mode = Mode::Held(grant);
                 st.epoch += 1;
             }
@@ -274,6 +305,11 @@ impl WriteBack {
     }
 
     fn lose_locked(&self, st: &mut State, why: &str) {
+        log::error!(
+            "write-back: delegation of part {:?} lost ({why}); unsynced writes dropped, \
+             every operation now fails until the file system is mounted again",
+            self.part_name()
+        );
         self.core.overlay.lock().drop_all();
         *self.core.fence.lock() = None;
         st.mode = Mode::Lost(why.to_string());
@@ -343,6 +379,10 @@ impl WriteBack {
                 st.mode = Mode::Free;
                 st.epoch += 1;
                 st.quiet_until = Instant::now() + self.cool_down;
+                log::info!(
+                    "write-back: gave back the delegation of part {:?}",
+                    self.part_name()
+                );
                 Ok(())
             }
             Ok(false) => {
@@ -406,7 +446,9 @@ fn spawn_flusher(weak: Weak<WriteBack>) {
             let Some(wb) = weak.upgrade() else { return };
             if wb.core.overlay.lock().dirty().0 > 0 {
                 // A failure is reported at the next sync (lost mode) or retried next time.
-                let _ = wb.flush();
+                if let Err(e) = wb.flush() {
+                    log::warn!("write-back: background flush failed (retried): {e}");
+                }
             }
         });
 }

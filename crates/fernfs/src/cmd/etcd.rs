@@ -54,11 +54,12 @@ pub fn take_policy_word(policy: TakePolicy) -> &'static str {
     }
 }
 
-/// The policy of an etcd mount without `-o delegations=`: `off` until a holder survives
-/// leader elections reliably — in `tests/etcd_faults.rs`'s 20 leader kills a holding mount
-/// sometimes answered EIO afterwards (its lease renewals lapsed past the W6 margin or its
-/// grant was lost), which a free mount never does (docs/design.md §7.3 "Where it stands").
-pub const DEFAULT_TAKE_POLICY: TakePolicy = TakePolicy::Never;
+/// The policy of an etcd mount without `-o delegations=`: `auto` — a busy mount takes the
+/// write-back delegation, two mounts working in turn fall back to per-operation Txns
+/// (docs/design.md §7.3). It was `off` while a holder sometimes answered EIO after leader
+/// elections (its periodic lease renewals lagged past the W6 margin); a holder now renews
+/// itself before refusing, and `tests/etcd_faults.rs` runs at this default.
+pub const DEFAULT_TAKE_POLICY: TakePolicy = TakePolicy::Auto;
 
 /// The file system at `url` as every fern-fs user of an etcd store must see it: through the
 /// write-back wrapper, so that its reads and commits are guarded against a mount holding the

@@ -54,7 +54,7 @@ pub struct MountArgs {
     /// entry_timeout=SECS, attr_timeout=SECS, max_write=BYTES, fsname=NAME,
     /// compression=zstd|zstd-N|lz4|none (an image file: new partitions use it from now on, and
     /// the image remembers it), delegations=off|auto|always (an etcd mount: when it takes the
-    /// write-back delegation, default off); other options (noatime, nodev, ...) go to the
+    /// write-back delegation, default auto); other options (noatime, nodev, ...) go to the
     /// kernel.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
