@@ -68,6 +68,57 @@ impl EtcdStore {
         }
     }
 
+    /// The values of `keys`, in order: one Txn per [`crate::store::MAX_TXN_OPS`] ops, the
+    /// guards' compares counted as the commits count them, each `If(guards)` when there are
+    /// guards — one round trip per chunk either way.
+    pub(crate) fn get_many_at(
+        &self,
+        guards: &[KeyGuard],
+        keys: &[(fern_kv::TreeId, Vec<u8>)],
+    ) -> KvResult<Vec<Option<Vec<u8>>>> {
+        let compares: Vec<_> = self.value_guards(guards)?.iter().map(compare).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        let per_txn = crate::store::MAX_TXN_OPS
+            .saturating_sub(guards.len())
+            .max(1);
+        for chunk in keys.chunks(per_txn) {
+            let ops = chunk
+                .iter()
+                .map(|(t, k)| Ok(TxnOp::get(self.keyspace().key(*t, k)?, None)))
+                .collect::<KvResult<Vec<_>>>()?;
+            let txn = Txn::new().when(compares.clone()).and_then(ops);
+            let resp = self
+                .call(Resend::Always, |mut kv| {
+                    let txn = txn.clone();
+                    async move { kv.txn(txn).await }
+                })
+                .map_err(KvError::from)?;
+            if !resp.succeeded() {
+                return Err(self.guard_failure(guards)?);
+            }
+            let answers = resp.op_responses();
+            if answers.len() != chunk.len() {
+                return Err(KvError::Backend(
+                    format!(
+                        "etcd answered {} reads with {} responses",
+                        chunk.len(),
+                        answers.len()
+                    )
+                    .into(),
+                ));
+            }
+            for a in answers {
+                let TxnOpResponse::Get(g) = a else {
+                    return Err(KvError::Backend(
+                        "etcd answered a read with another op".into(),
+                    ));
+                };
+                out.push(g.kvs().first().map(|kv| kv.value().to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
     /// Why a Txn guarded by `guards` failed: [`KvError::GuardFailed`] for the first guard
     /// that does not hold now, or [`KvError::Conflict`] when all hold again (the key changed
     /// back in between; rerunning is right).

@@ -725,6 +725,18 @@ impl KvStore for EtcdStore {
         Ok(self.get_at(tree, key, None, guards)?.value)
     }
 
+    fn get_many(&self, keys: &[(TreeId, Vec<u8>)]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.get_many_at(&[], keys)
+    }
+
+    fn get_many_guarded(
+        &self,
+        guards: &[KeyGuard],
+        keys: &[(TreeId, Vec<u8>)],
+    ) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.get_many_at(guards, keys)
+    }
+
     /// The first page in one Txn with the guards' compares; later pages at its revision.
     fn scan_guarded(
         &self,

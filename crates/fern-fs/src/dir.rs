@@ -8,10 +8,11 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use fern_kv::{Direction, KeyRange};
+use fern_kv::{Direction, KeyRange, KvRead};
 
 use crate::attr::{Attr, FileType};
 use crate::error::{FsError, FsResult};
@@ -81,7 +82,32 @@ struct Listed {
     /// entry is returned (the handle keeps every returned name, and only names): an entry
     /// served again after a seek back reads its attributes afresh.
     scanned: Option<(Vec<u8>, u64)>,
+    /// On a shared store, the entry's row and its inode row fetched for readdirplus with
+    /// those of the entries after it ([`Fs::prefetch_rows`]).
+    fetched: Option<Fetched>,
 }
+
+/// An entry's rows as one multi-key read fetched them for readdirplus on a shared store.
+#[derive(Debug)]
+struct Fetched {
+    /// The entry's row (`None`: gone) and the inode row of the id it names.
+    entry: Option<Vec<u8>>,
+    inode: Option<Vec<u8>>,
+    /// The lock-release count taken before the read, as for `Listed::scanned`.
+    since: u64,
+    at: Instant,
+}
+
+/// Entries whose rows one readdirplus fetch reads in one go on a shared store: one etcd
+/// Txn holds 128 reads, two per entry. Each entry used to cost two round trips (its row,
+/// then its inode row): a cold `find -ls` of 1,000 files ran at 511 entries/s on etcd.
+const PREFETCH: usize = 63;
+
+/// How long fetched rows may wait in a handle for a later readdirplus request before they
+/// are read again: another mount's change must not reach the kernel later than the attribute
+/// timeout allows, so only rows read for the request serving them, or the one right after
+/// it (the kernel's next `getdents` of the same listing), are used.
+const FETCHED_FOR: Duration = Duration::from_millis(100);
 
 impl Listed {
     fn name(&self) -> &[u8] {
@@ -130,6 +156,7 @@ impl Returned {
                 ino: self.ids[i].0,
                 kind: self.ids[i].1,
                 scanned: None,
+                fetched: None,
             })
             .collect();
         let start = if k == 0 { 0 } else { self.ends[k - 1] };
@@ -347,13 +374,36 @@ impl Fs {
             };
             let off = c.returned.len() as u64 + 1;
             let full = if plus {
+                if self.is_shared()
+                    && l.fetched
+                        .as_ref()
+                        .is_none_or(|f| f.at.elapsed() > FETCHED_FOR)
+                {
+                    c.ahead.push_front(l);
+                    self.prefetch_rows(&mut c.ahead)?;
+                    l = c.ahead.pop_front().expect("pushed back just now");
+                }
                 let e = DirEntry {
                     name: l.name().to_vec(),
                     ino: l.ino,
                     kind: l.kind,
                     attr: None,
                 };
-                match self.fresh_plus(dir, e, l.scanned.take()) {
+                let known = match l.fetched.take() {
+                    Some(f) if f.at.elapsed() <= FETCHED_FOR => {
+                        self.attr_from_fetched(dir, &e, f)?
+                    }
+                    _ => None,
+                };
+                let fresh = match known {
+                    Some(attr) => Ok(Some(DirEntry {
+                        kind: attr.kind,
+                        attr: Some(attr),
+                        ..e
+                    })),
+                    None => self.fresh_plus(dir, e, l.scanned.take()),
+                };
+                match fresh {
                     Ok(Some(e)) => {
                         let full = add(off, &e);
                         if full {
@@ -397,9 +447,62 @@ impl Fs {
                 ino,
                 kind,
                 scanned: sole.then_some((v, since)),
+                fetched: None,
             });
         }
         Ok(())
+    }
+
+    /// Reads, in one multi-key read (etcd: one Txn), the rows of the first [`PREFETCH`]
+    /// entries of `ahead` and the inode rows of the ids they named when listed, into their
+    /// `fetched`. Shared stores only: there every entry is `Linked`, so readdirplus needs
+    /// both rows of every entry.
+    fn prefetch_rows(&self, ahead: &mut VecDeque<Listed>) -> FsResult<()> {
+        let n = ahead.len().min(PREFETCH);
+        let keys: Vec<(fern_kv::TreeId, Vec<u8>)> = ahead
+            .iter()
+            .take(n)
+            .flat_map(|l| {
+                [
+                    (self.t.dentry, l.key.clone()),
+                    (self.t.inode, schema::id_key(l.ino)),
+                ]
+            })
+            .collect();
+        let since = self.locks.releases();
+        let mut rows = self.kv.get_many(&keys)?.into_iter();
+        let at = Instant::now();
+        for l in ahead.iter_mut().take(n) {
+            let (entry, inode) = (rows.next().flatten(), rows.next().flatten());
+            l.fetched = Some(Fetched {
+                entry,
+                inode,
+                since,
+                at,
+            });
+        }
+        Ok(())
+    }
+
+    /// The attributes of listed entry `e` from its fetched rows, pinned and seeded as
+    /// `fresh_plus` does, when the rows say the entry still names `e`'s inode and no change
+    /// of this mount finished since they were read (`attr_from_scan`'s rule). `None`: the
+    /// caller reads the entry itself.
+    fn attr_from_fetched(&self, dir: InodeId, e: &DirEntry, f: Fetched) -> FsResult<Option<Attr>> {
+        let Some(v) = f.entry else {
+            return Ok(None);
+        };
+        let d = Dentry::decode(&v)?;
+        if let (Dentry::Linked { .. }, None) = (&d, &f.inode) {
+            return Ok(None);
+        }
+        let rows = OneRow {
+            tree: self.t.inode,
+            key: schema::id_key(e.ino),
+            value: f.inode,
+            rest: &*self.kv,
+        };
+        self.attr_from_rows(&rows, dir, e, d, f.since)
     }
 
     /// Entry `e` of `dir` with its attributes as they are now, pinned; `None` if the name is
@@ -448,6 +551,18 @@ impl Fs {
         d: Dentry,
         since: u64,
     ) -> FsResult<Option<Attr>> {
+        self.attr_from_rows(&*self.kv, dir, e, d, since)
+    }
+
+    /// [`Fs::attr_from_scan`] with the inode row, if `d` links to one, read through `r`.
+    fn attr_from_rows(
+        &self,
+        r: &dyn KvRead,
+        dir: InodeId,
+        e: &DirEntry,
+        d: Dentry,
+        since: u64,
+    ) -> FsResult<Option<Attr>> {
         if d.id() != e.ino {
             return Ok(None);
         }
@@ -455,7 +570,7 @@ impl Fs {
             if self.locks.releases() != since {
                 return Ok(None);
             }
-            let (loc, inode) = self.resolve(&*self.kv, dir, &e.name, d)?;
+            let (loc, inode) = self.resolve(r, dir, &e.name, d)?;
             let attr = self.attr_of(e.ino, &inode)?;
             self.inodes.pin(e.ino, loc, attr.kind);
             self.seed_stat(e.ino, Some(e.ino), inode.stat, since);
@@ -468,5 +583,33 @@ impl Fs {
     /// [`Fs::release`] does for files (it is the same bookkeeping).
     pub fn releasedir(&self, fh: Fh) -> FsResult<()> {
         self.release(fh)
+    }
+}
+
+/// A reader that answers one key from a value read earlier and every other read from `rest`:
+/// how `attr_from_fetched` hands an entry's fetched inode row to `resolve`.
+struct OneRow<'a> {
+    tree: fern_kv::TreeId,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    rest: &'a dyn KvRead,
+}
+
+impl KvRead for OneRow<'_> {
+    fn get(&self, tree: fern_kv::TreeId, key: &[u8]) -> fern_kv::KvResult<Option<Vec<u8>>> {
+        if tree == self.tree && key == self.key {
+            return Ok(self.value.clone());
+        }
+        self.rest.get(tree, key)
+    }
+
+    fn scan(
+        &self,
+        tree: fern_kv::TreeId,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> fern_kv::KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.rest.scan(tree, range, dir, limit)
     }
 }

@@ -173,6 +173,30 @@ pub trait KvStore: KvRead + Send + Sync {
         guarded_read(self, guards, |txn| txn.scan(tree, range, dir, limit))
     }
 
+    /// The values of `keys` — (tree, key) pairs — in their order, as [`KvRead::get`] of each
+    /// would return them. A remote store reads them in few round trips (etcd: one Txn per
+    /// [`Limits::max_ops`] keys); the keys of one round trip are read at one instant, not
+    /// necessarily all of them. For callers that want many known, small rows at once
+    /// (fern-fs: the rows of a listed directory's entries for readdirplus).
+    fn get_many(&self, keys: &[(TreeId, Vec<u8>)]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|(t, k)| self.get(*t, k)).collect()
+    }
+
+    /// [`KvStore::get_many`], each round trip only if every guard holds when it reads
+    /// (contract: "Guards").
+    fn get_many_guarded(
+        &self,
+        guards: &[KeyGuard],
+        keys: &[(TreeId, Vec<u8>)],
+    ) -> KvResult<Vec<Option<Vec<u8>>>> {
+        if guards.is_empty() {
+            return self.get_many(keys);
+        }
+        keys.iter()
+            .map(|(t, k)| self.get_guarded(guards, *t, k))
+            .collect()
+    }
+
     /// A hint: the caller knows the store holds nothing in `range` of `tree` (fern-fs: the
     /// keys under an inode id it has just allocated, never used before). A store that caches
     /// what it read may answer reads there without asking its backend

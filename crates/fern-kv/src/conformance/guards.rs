@@ -70,6 +70,58 @@ pub(super) fn guarded_reads(s: &dyn KvStore) {
     assert!(guard_failed(s.get_guarded(&both, t, b"a"), b"e"));
 }
 
+/// `get_many` answers as one `get` per key, in order, across trees, absent keys included and
+/// beyond one round trip's worth (etcd: 128 ops); guarded, a failing guard fails it.
+pub(super) fn many_keys_at_once(s: &dyn KvStore) {
+    let t = s.tree("t").expect("tree");
+    let u = s.tree("u").expect("tree");
+    let g = s.tree("g").expect("tree");
+    let mut b = WriteBatch::new();
+    for i in 0..300u32 {
+        if i % 3 != 0 {
+            b.put(t, format!("k{i:03}").into_bytes(), i.to_be_bytes().to_vec());
+        }
+        if i % 5 == 0 {
+            b.put(u, format!("k{i:03}").into_bytes(), b"u".to_vec());
+        }
+        if b.len() >= 100 {
+            s.write(std::mem::take(&mut b), WriteOptions::NO_SYNC)
+                .expect("write");
+        }
+    }
+    s.write(b, WriteOptions::NO_SYNC).expect("write");
+    // Reverse order, both trees interleaved: the answers follow the keys' order.
+    let keys: Vec<(crate::types::TreeId, Vec<u8>)> = (0..300u32)
+        .rev()
+        .flat_map(|i| {
+            [
+                (t, format!("k{i:03}").into_bytes()),
+                (u, format!("k{i:03}").into_bytes()),
+            ]
+        })
+        .collect();
+    let want: Vec<Option<Vec<u8>>> = keys
+        .iter()
+        .map(|(tree, k)| s.get(*tree, k).expect("get"))
+        .collect();
+    assert!(want.iter().any(Option::is_none) && want.iter().any(Option::is_some));
+    assert_eq!(s.get_many(&keys).expect("get_many"), want);
+    assert_eq!(
+        s.get_many(&[]).expect("none"),
+        Vec::<Option<Vec<u8>>>::new()
+    );
+    let absent = [KeyGuard::absent(g, b"d")];
+    assert_eq!(
+        s.get_many_guarded(&absent, &keys).expect("guard holds"),
+        want
+    );
+    put(s, g, b"d", b"holder");
+    assert!(
+        guard_failed(s.get_many_guarded(&absent, &keys[..3]), b"d"),
+        "a failing guard fails the read"
+    );
+}
+
 pub(super) fn guarded_commits(s: &dyn KvStore) {
     let t = s.tree("t").expect("tree");
     let g = s.tree("g").expect("tree");

@@ -99,6 +99,7 @@ where
     txn::retry_helper(&open());
     txn::concurrent_increments(&open());
     guards::guarded_reads(&open());
+    guards::many_keys_at_once(&open());
     guards::guarded_commits(&open());
     extents::refused_without_extents(&open());
     extents::round_trip(&open());

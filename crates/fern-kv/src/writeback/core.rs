@@ -36,6 +36,31 @@ impl Core {
     }
 }
 
+impl Core {
+    /// [`KvStore::get_many`] as the holder sees the store: the overlay's answers, the misses
+    /// read fenced in few round trips and filled in.
+    pub(crate) fn get_many(&self, keys: &[(TreeId, Vec<u8>)]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        let mut out: Vec<Option<Option<Vec<u8>>>> = {
+            let ov = self.overlay.lock();
+            keys.iter().map(|(t, k)| ov.known(*t, k)).collect()
+        };
+        let misses: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+        if !misses.is_empty() {
+            let want: Vec<(TreeId, Vec<u8>)> = misses.iter().map(|&i| keys[i].clone()).collect();
+            let read = self.store.get_many_guarded(&[self.fence()?], &want)?;
+            let mut ov = self.overlay.lock();
+            for (&i, v) in misses.iter().zip(read) {
+                let (t, k) = &keys[i];
+                ov.fill(*t, k, v.as_deref());
+                // A local commit may have written the key since the store was read: its
+                // value wins.
+                out[i] = Some(ov.known(*t, k).unwrap_or(v));
+            }
+        }
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
 impl KvRead for Core {
     fn get(&self, tree: TreeId, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
         if let Some(v) = self.overlay.lock().known(tree, key) {

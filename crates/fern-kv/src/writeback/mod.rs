@@ -555,6 +555,17 @@ impl KvStore for WriteBack {
         self.core.store.session()
     }
 
+    fn get_many(&self, keys: &[(TreeId, Vec<u8>)]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.read(
+            |g| {
+                self.core
+                    .store
+                    .get_many_guarded(std::slice::from_ref(g), keys)
+            },
+            || self.core.get_many(keys),
+        )
+    }
+
     fn assume_absent(&self, tree: TreeId, range: &KeyRange) {
         let st = self.state.read();
         if matches!(st.mode, Mode::Held(_)) {
