@@ -128,7 +128,7 @@ impl EtcdMount {
         let m = FuseMount::fernfs_on(exe, Path::new(&url), &dir.join("mnt"), options.clone())?;
         let about = format!(
             "fernfs-etcd: `fernfs mkfs {url}` + `fernfs mount … MP -f -o {options}` by {} \
-             (etcd mount defaults: 1 s entry/attribute TTLs, write-back `delegations=off` unless \
+             (etcd mount defaults: 1 s entry/attribute TTLs, write-back `delegations=auto` unless \
              the options say otherwise), daemon on CPUs {}; {}; sync = fsync of the root directory (sends what \
              the write-back buffered)",
             exe.display(),
