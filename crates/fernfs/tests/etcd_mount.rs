@@ -141,7 +141,11 @@ impl TwoMounts {
         let (a, b) = (points.a.clone(), points.b.clone());
         // A holds the write-back delegation whenever nobody revoked it in the last cool-down
         // (docs/design.md §7.3): every rule below must hold across its buffer too. B never
-        // takes it (the default, `off`): it only revokes.
+        // takes it (`off`): it only revokes. Not B at the default `auto`: B's open/close
+        // loops write registrations, so B would take too, and A's `always` (retaking at
+        // every cool-down's end) against it traded the delegation at nearly every operation
+        // until A's write ran out of retries (EAGAIN; CI, 2026-11-29) — the documented
+        // reason `always` is for a sole writer (distributed.md §7).
         ok(&[
             "mount",
             &url,
@@ -149,7 +153,13 @@ impl TwoMounts {
             "-o",
             "delegations=always",
         ]);
-        ok(&["mount", &url, b.to_str().expect("utf-8")]);
+        ok(&[
+            "mount",
+            &url,
+            b.to_str().expect("utf-8"),
+            "-o",
+            "delegations=off",
+        ]);
         Some(TwoMounts {
             url,
             a,
