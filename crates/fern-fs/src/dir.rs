@@ -587,12 +587,13 @@ impl Fs {
 }
 
 /// A reader that answers one key from a value read earlier and every other read from `rest`:
-/// how `attr_from_fetched` hands an entry's fetched inode row to `resolve`.
-struct OneRow<'a> {
-    tree: fern_kv::TreeId,
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
-    rest: &'a dyn KvRead,
+/// how `attr_from_fetched` and a lookup read ahead (lookahead.rs) hand an entry's fetched
+/// inode row to `resolve`.
+pub(crate) struct OneRow<'a> {
+    pub(crate) tree: fern_kv::TreeId,
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) rest: &'a dyn KvRead,
 }
 
 impl KvRead for OneRow<'_> {

@@ -122,6 +122,8 @@ pub struct Fs {
     pub(crate) shared: Option<crate::shared::Shared>,
     /// Whole extents read for requests that covered part of one (extent.rs).
     pub(crate) extent_cache: crate::extent::ExtentCache,
+    /// Directories read ahead for lookups on a shared store (lookahead.rs).
+    pub(crate) lookahead: crate::lookahead::LookAhead,
 }
 
 impl Drop for Fs {
@@ -269,6 +271,7 @@ impl Fs {
             atime: Default::default(),
             shared,
             extent_cache: Default::default(),
+            lookahead: Default::default(),
         };
         fs.inodes
             .pin(InodeId::ROOT, Loc::Inode, FileType::Directory);

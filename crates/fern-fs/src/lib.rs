@@ -24,6 +24,7 @@ mod fs;
 mod ids;
 mod inode_ops;
 mod locks;
+mod lookahead;
 mod namespace;
 mod overlay;
 mod owner;

@@ -9,9 +9,11 @@ use fern_kv::{transact, transact_opts, KeyRange, KvRead, KvTxn, WriteOptions};
 use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{Attr, FileType, Stat, Timespec};
 use crate::cache::Loc;
+use crate::dir::OneRow;
 use crate::error::{FsError, FsResult};
 use crate::fs::{validate_name, Fs, InodeRows, PATH_MAX};
 use crate::ids::InodeId;
+use crate::lookahead::Answer;
 use crate::perm::Cred;
 use crate::record::{Dentry, Inode};
 use crate::schema;
@@ -39,14 +41,35 @@ impl Fs {
     pub fn lookup(&self, parent: InodeId, name: &[u8]) -> FsResult<Attr> {
         validate_name(name)?;
         self.require_dir(parent)?;
-        let _g = self.locks.lock(&[parent]);
+        // A lookup changes nothing: its release does not spoil rows read ahead (lookahead.rs).
+        let _g = self.locks.lock_reading(&[parent]);
         if self.names.contains(parent, name) == Some(false) {
             return Err(FsError::NotFound);
         }
         let epoch = self.inodes.shape_epoch();
         let since = self.locks.releases();
-        let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
-        let (loc, inode) = self.resolve(&*self.kv, parent, name, d.clone())?;
+        let ahead = if self.is_shared() {
+            self.look_ahead(parent, name)?
+        } else {
+            Answer::Unknown
+        };
+        let (d, (loc, inode)) = match ahead {
+            Answer::Found(entry, inode) => {
+                let d = Dentry::decode(&entry)?;
+                let rows = OneRow {
+                    tree: self.t.inode,
+                    key: schema::id_key(d.id()),
+                    value: Some(inode),
+                    rest: &*self.kv,
+                };
+                (d.clone(), self.resolve(&rows, parent, name, d)?)
+            }
+            Answer::Absent => return Err(FsError::NotFound),
+            Answer::Unknown => {
+                let d = self.peek(parent, name)?.ok_or(FsError::NotFound)?;
+                (d.clone(), self.resolve(&*self.kv, parent, name, d)?)
+            }
+        };
         let kind = inode.stat.kind()?;
         if kind == FileType::Directory {
             self.dirents.put(parent, name, d.id(), loc.clone());
@@ -66,7 +89,7 @@ impl Fs {
     /// made, answered from memory (pinned like a lookup, no attributes). `None`: not known to
     /// be a directory here; do a real lookup.
     pub fn lookup_known_dir(&self, parent: InodeId, name: &[u8]) -> Option<InodeId> {
-        let _g = self.locks.lock(&[parent]);
+        let _g = self.locks.lock_reading(&[parent]);
         let (id, loc) = self.dirents.get(parent, name)?;
         self.inodes.pin(id, loc, FileType::Directory);
         Some(id)
@@ -74,7 +97,7 @@ impl Fs {
 
     /// Drops `n` lookups of `ino` (FUSE forget).
     pub fn forget(&self, ino: InodeId, n: u64) {
-        let _g = self.locks.lock(&[ino]);
+        let _g = self.locks.lock_reading(&[ino]);
         self.inodes.forget(ino, n);
     }
 

@@ -78,6 +78,9 @@ impl FernFuse {
     pub fn new(fs: Arc<Fs>, opts: &MountOptions) -> Self {
         // atime is the file system's business under FUSE; the mount options say how.
         fs.set_atime_policy(opts.atime);
+        // The kernel keeps entries and attributes this long anyway: lookups on a shared store
+        // may answer from rows read ahead that recently (fern-fs lookahead.rs).
+        fs.set_lookup_ahead(opts.entry_ttl.min(opts.attr_ttl));
         Self {
             fs,
             entry_ttl: opts.entry_ttl,

@@ -1,0 +1,144 @@
+//! Lookups read ahead on etcd (fern-fs `lookahead.rs`, docs/distributed.md §8): a second cold
+//! lookup in a directory reads the directory and its entries' inode rows in two round trips,
+//! and the next lookups there are answered from them — but never against this mount's own
+//! changes, never for a name they lack, and never again after an open found their inode gone.
+//!
+//! The rows may serve answers up to 100 ms old, so the tests that check what they must *not*
+//! answer run their steps right after the read (milliseconds here); a slow machine only makes
+//! those lookups read the store, which passes for the right reason too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fern_etcd::local::{shared_for_tests, unique_prefix};
+use fern_etcd::EtcdStore;
+use fern_fs::path::{OpenOptions, PathFs};
+use fern_fs::{Cred, Fs, FsError, MkfsOptions};
+
+const AGE: Duration = Duration::from_millis(100);
+
+/// Two mounts (stores, sessions) of one new file system: A made `/d` with `n` files; B reads
+/// ahead as a FUSE mount with 1 s TTLs does.
+fn two_mounts(what: &str, n: usize) -> Option<(PathFs, PathFs, Arc<EtcdStore>)> {
+    let etcd = shared_for_tests()?;
+    let cfg = etcd.config(&unique_prefix(what));
+    let connect = || Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
+    let a_store = connect();
+    Fs::mkfs(&*a_store, MkfsOptions::default()).expect("mkfs");
+    let a = PathFs::new(Arc::new(Fs::mount(a_store).expect("mount A")), Cred::root());
+    a.mkdir(b"/d", 0o755).expect("mkdir");
+    for i in 0..n {
+        let f = a
+            .open(
+                format!("/d/f{i}").as_bytes(),
+                OpenOptions::create_write(0o644),
+            )
+            .expect("create");
+        a.close(f).expect("close");
+    }
+    let b_store = connect();
+    let b_fs = Arc::new(Fs::mount(b_store.clone()).expect("mount B"));
+    b_fs.set_lookup_ahead(Duration::from_secs(1));
+    Some((a, PathFs::new(b_fs, Cred::root()), b_store))
+}
+
+/// Two cold lookups in `/d`: the second reads the directory ahead.
+fn read_ahead(b: &PathFs) {
+    b.stat(b"/d/f0").expect("first lookup");
+    b.stat(b"/d/f1")
+        .expect("second lookup: reads the directory ahead");
+}
+
+/// The permission bits of `path`, or `None` if it is not found (any other error fails).
+fn mode(p: &PathFs, path: &str) -> Option<u32> {
+    match p.stat(path.as_bytes()) {
+        Ok(a) => Some(a.perm),
+        Err(FsError::NotFound) => None,
+        Err(e) => panic!("stat {path}: {e}"),
+    }
+}
+
+#[test]
+fn cold_lookups_in_one_directory_cost_a_few_round_trips_not_two_each() {
+    let Some((_a, b, store)) = two_mounts("ahead-cost", 40) else {
+        return;
+    };
+    b.stat(b"/d").expect("stat /d");
+    let before = store.requests();
+    for i in 0..40 {
+        b.stat(format!("/d/f{i}").as_bytes()).expect("stat");
+    }
+    let n = store.requests() - before;
+    eprintln!("40 cold lookups in one directory: {n} etcd round trips");
+    // The first lookup reads its two rows; the second reads the directory (one scan) and
+    // its 40 inode rows (one multi-get); the other 38 read nothing. Without: 80.
+    assert!(n <= 8, "{n} round trips for 40 cold lookups");
+}
+
+#[test]
+fn read_ahead_rows_never_hide_this_mounts_own_changes() {
+    let Some((_a, b, _)) = two_mounts("ahead-own", 8) else {
+        return;
+    };
+    read_ahead(&b);
+    b.chmod(b"/d/f2", 0o600).expect("chmod");
+    assert_eq!(mode(&b, "/d/f2"), Some(0o600), "own chmod");
+    b.unlink(b"/d/f3").expect("unlink");
+    assert_eq!(mode(&b, "/d/f3"), None, "own unlink");
+    b.rename(b"/d/f4", b"/d/g4", 0).expect("rename");
+    assert_eq!(mode(&b, "/d/f4"), None, "own rename");
+    assert_eq!(mode(&b, "/d/g4"), Some(0o644));
+    let f = b
+        .open(b"/d/f5", OpenOptions::create_write(0o644))
+        .expect("open");
+    b.write_at(&f, 0, &[7u8; 100]).expect("write");
+    b.close(f).expect("close");
+    assert_eq!(b.stat(b"/d/f5").expect("stat").size, 100, "own write");
+    assert_eq!(
+        mode(&b, "/d/f6"),
+        Some(0o644),
+        "untouched names still answer"
+    );
+}
+
+#[test]
+fn a_name_another_mount_created_is_found_by_the_next_lookup() {
+    let Some((a, b, _)) = two_mounts("ahead-new", 8) else {
+        return;
+    };
+    read_ahead(&b);
+    assert_eq!(mode(&b, "/d/new"), None);
+    let f = a
+        .open(b"/d/new", OpenOptions::create_write(0o640))
+        .expect("create on A");
+    a.close(f).expect("close");
+    assert_eq!(
+        mode(&b, "/d/new"),
+        Some(0o640),
+        "missing names are not cached"
+    );
+}
+
+#[test]
+fn an_open_of_a_file_removed_elsewhere_makes_the_next_lookup_read_the_store() {
+    let Some((a, b, _)) = two_mounts("ahead-stale", 8) else {
+        return;
+    };
+    read_ahead(&b);
+    a.unlink(b"/d/f2")
+        .expect("unlink on A (not open anywhere: freed)");
+    // Within the rows' age B may still see f2 (as a kernel with a cached entry would), but
+    // an open must not succeed on a freed inode, and then the name must be gone — the
+    // kernel retries a failed open with one fresh lookup (LOOKUP_REVAL).
+    if b.stat(b"/d/f2").is_ok() {
+        let open = b.open(b"/d/f2", OpenOptions::default());
+        assert!(
+            matches!(open, Err(FsError::Stale | FsError::NotFound)),
+            "open of a freed file: {:?}",
+            open.map(|_| ())
+        );
+    }
+    assert_eq!(mode(&b, "/d/f2"), None);
+    std::thread::sleep(AGE);
+    assert_eq!(mode(&b, "/d/f2"), None);
+}
