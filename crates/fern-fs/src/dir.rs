@@ -82,6 +82,9 @@ struct Listed {
     /// entry is returned (the handle keeps every returned name, and only names): an entry
     /// served again after a seek back reads its attributes afresh.
     scanned: Option<(Vec<u8>, u64)>,
+    /// On a shared store, the entry's row as the read-ahead scan read it, when: a readdirplus
+    /// soon after the scan fetches only the inode row ([`Fs::prefetch_rows`]).
+    shared_scan: Option<(Vec<u8>, u64, Instant)>,
     /// On a shared store, the entry's row and its inode row fetched for readdirplus with
     /// those of the entries after it ([`Fs::prefetch_rows`]).
     fetched: Option<Fetched>,
@@ -98,10 +101,10 @@ struct Fetched {
     at: Instant,
 }
 
-/// Entries whose rows one readdirplus fetch reads in one go on a shared store: one etcd
-/// Txn holds 128 reads, two per entry. Each entry used to cost two round trips (its row,
-/// then its inode row): a cold `find -ls` of 1,000 files ran at 511 entries/s on etcd.
-const PREFETCH: usize = 63;
+/// Rows one readdirplus fetch reads in one go on a shared store: one etcd Txn holds 128
+/// reads, one or two per entry. Each entry used to cost two round trips (its row, then its
+/// inode row): a cold `find -ls` of 1,000 files ran at 511 entries/s on etcd.
+const PREFETCH_KEYS: usize = 126;
 
 /// How long fetched rows may wait in a handle for a later readdirplus request before they
 /// are read again: another mount's change must not reach the kernel later than the attribute
@@ -156,6 +159,7 @@ impl Returned {
                 ino: self.ids[i].0,
                 kind: self.ids[i].1,
                 scanned: None,
+                shared_scan: None,
                 fetched: None,
             })
             .collect();
@@ -438,47 +442,71 @@ impl Fs {
     fn read_ahead(&self, dir: InodeId, after: Option<&[u8]>, c: &mut DirCursor) -> FsResult<()> {
         let (rows, since) = self.list_rows(dir, after, READ_AHEAD)?;
         c.at_end = rows.len() < READ_AHEAD;
-        let sole = !self.is_shared();
+        let shared = self.is_shared();
+        let at = Instant::now();
         for (key, v) in rows {
             schema::name_of(&key)?;
             let (ino, kind) = Dentry::head(&v)?;
+            let (scanned, shared_scan) = if shared {
+                (None, Some((v, since, at)))
+            } else {
+                (Some((v, since)), None)
+            };
             c.ahead.push_back(Listed {
                 key,
                 ino,
                 kind,
-                scanned: sole.then_some((v, since)),
+                scanned,
+                shared_scan,
                 fetched: None,
             });
         }
         Ok(())
     }
 
-    /// Reads, in one multi-key read (etcd: one Txn), the rows of the first [`PREFETCH`]
-    /// entries of `ahead` and the inode rows of the ids they named when listed, into their
-    /// `fetched`. Shared stores only: there every entry is `Linked`, so readdirplus needs
-    /// both rows of every entry.
+    /// Reads, in one multi-key read (etcd: one Txn of [`PREFETCH_KEYS`] reads), the inode
+    /// rows of the ids the first entries of `ahead` named when listed and, for an entry
+    /// scanned more than [`FETCHED_FOR`] ago, its row again, into their `fetched` (an entry
+    /// scanned since keeps the scan's row and time: the listing right after its scan needs one
+    /// read per entry, not two). Shared stores only: there every entry is `Linked`, so
+    /// readdirplus needs both rows of every entry.
     fn prefetch_rows(&self, ahead: &mut VecDeque<Listed>) -> FsResult<()> {
-        let n = ahead.len().min(PREFETCH);
-        let keys: Vec<(fern_kv::TreeId, Vec<u8>)> = ahead
-            .iter()
-            .take(n)
-            .flat_map(|l| {
-                [
-                    (self.t.dentry, l.key.clone()),
-                    (self.t.inode, schema::id_key(l.ino)),
-                ]
-            })
-            .collect();
         let since = self.locks.releases();
+        let mut keys: Vec<(fern_kv::TreeId, Vec<u8>)> = Vec::with_capacity(PREFETCH_KEYS);
+        let mut n = 0;
+        for l in ahead.iter_mut() {
+            if l.shared_scan
+                .as_ref()
+                .is_some_and(|(_, _, at)| at.elapsed() > FETCHED_FOR)
+            {
+                l.shared_scan = None;
+            }
+            let want = if l.shared_scan.is_some() { 1 } else { 2 };
+            if keys.len() + want > PREFETCH_KEYS {
+                break;
+            }
+            if l.shared_scan.is_none() {
+                keys.push((self.t.dentry, l.key.clone()));
+            }
+            keys.push((self.t.inode, schema::id_key(l.ino)));
+            n += 1;
+        }
         let mut rows = self.kv.get_many(&keys)?.into_iter();
         let at = Instant::now();
         for l in ahead.iter_mut().take(n) {
-            let (entry, inode) = (rows.next().flatten(), rows.next().flatten());
-            l.fetched = Some(Fetched {
-                entry,
-                inode,
-                since,
-                at,
+            l.fetched = Some(match l.shared_scan.take() {
+                Some((entry, scan_since, scan_at)) => Fetched {
+                    entry: Some(entry),
+                    inode: rows.next().flatten(),
+                    since: scan_since,
+                    at: scan_at,
+                },
+                None => Fetched {
+                    entry: rows.next().flatten(),
+                    inode: rows.next().flatten(),
+                    since,
+                    at,
+                },
             });
         }
         Ok(())
