@@ -119,26 +119,37 @@ fn a_name_another_mount_created_is_found_by_the_next_lookup() {
     );
 }
 
-#[test]
-fn an_open_of_a_file_removed_elsewhere_makes_the_next_lookup_read_the_store() {
-    let Some((a, b, _)) = two_mounts("ahead-stale", 8) else {
+/// A removes `/d/f2` (freed: open nowhere) after B read `/d` ahead; `probe` is what B does
+/// with the name while its rows may still show it (as a kernel's cached entry would): it must
+/// fail, and then the name must be gone — the kernel retries a failed open or stat with one
+/// fresh lookup (LOOKUP_REVAL).
+fn removed_elsewhere(what: &str, probe: impl Fn(&PathFs, fern_fs::Attr) -> Result<(), FsError>) {
+    let Some((a, b, _)) = two_mounts(what, 8) else {
         return;
     };
     read_ahead(&b);
     a.unlink(b"/d/f2")
         .expect("unlink on A (not open anywhere: freed)");
-    // Within the rows' age B may still see f2 (as a kernel with a cached entry would), but
-    // an open must not succeed on a freed inode, and then the name must be gone — the
-    // kernel retries a failed open with one fresh lookup (LOOKUP_REVAL).
-    if b.stat(b"/d/f2").is_ok() {
-        let open = b.open(b"/d/f2", OpenOptions::default());
+    if let Ok(stale) = b.stat(b"/d/f2") {
+        let r = probe(&b, stale);
         assert!(
-            matches!(open, Err(FsError::Stale | FsError::NotFound)),
-            "open of a freed file: {:?}",
-            open.map(|_| ())
+            matches!(r, Err(FsError::Stale | FsError::NotFound)),
+            "{what} of a freed file: {r:?}"
         );
     }
     assert_eq!(mode(&b, "/d/f2"), None);
     std::thread::sleep(AGE);
     assert_eq!(mode(&b, "/d/f2"), None);
+}
+
+#[test]
+fn an_open_of_a_file_removed_elsewhere_makes_the_next_lookup_read_the_store() {
+    removed_elsewhere("open", |b, _| {
+        b.open(b"/d/f2", OpenOptions::default()).map(|_| ())
+    });
+}
+
+#[test]
+fn a_getattr_of_a_file_removed_elsewhere_makes_the_next_lookup_read_the_store() {
+    removed_elsewhere("getattr", |b, stale| b.fs().getattr(stale.ino).map(|_| ()));
 }

@@ -87,14 +87,44 @@ fn round_trips_per_operation() {
 }
 
 /// A cold readdirplus of 200 files (another mount made them): the entries' rows and inode
-/// rows come in one Txn per 63 entries, not two round trips per entry (a cold `find -ls`
+/// rows come in one Txn per 126 entries, not two round trips per entry (a cold `find -ls`
 /// of 1,000 files ran at 511 entries/s on etcd before), and every entry carries its own
 /// file's attributes.
 #[test]
 fn a_cold_readdirplus_reads_its_entries_in_a_few_round_trips() {
-    let Some(etcd) = shared_for_tests() else {
+    let Some(n) = cold_readdirplus(fern_fs::AtimePolicy::default()) else {
         return;
     };
+    // The directory's stat (atime), the name scans, and right after each scan one Txn of
+    // inode rows per 126 entries (the scan's entry rows are not read again). [8 while each
+    // Txn read both rows of 63 entries.]
+    assert!(
+        n <= 6,
+        "a cold readdirplus of 200 files took {n} round trips"
+    );
+}
+
+/// Under `noatime` a listing does not read the directory's stat (relatime's question).
+#[test]
+fn a_cold_readdirplus_under_noatime_does_not_read_the_directorys_stat() {
+    let relatime = cold_readdirplus(fern_fs::AtimePolicy::default());
+    let noatime = cold_readdirplus(fern_fs::AtimePolicy {
+        mode: fern_fs::AtimeMode::Never,
+        nodiratime: false,
+    });
+    let (Some(relatime), Some(noatime)) = (relatime, noatime) else {
+        return;
+    };
+    assert!(
+        noatime < relatime,
+        "noatime {noatime} round trips, relatime {relatime}"
+    );
+}
+
+/// The etcd round trips of a cold readdirplus of 200 files another mount made, by a mount
+/// with atime policy `atime`; `None` without etcd.
+fn cold_readdirplus(atime: fern_fs::AtimePolicy) -> Option<u64> {
+    let etcd = shared_for_tests()?;
     let cfg = etcd.config(&unique_prefix("cost-ls"));
     let writer = Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
     Fs::mkfs(&*writer, MkfsOptions::default()).expect("mkfs");
@@ -113,6 +143,7 @@ fn a_cold_readdirplus_reads_its_entries_in_a_few_round_trips() {
     }
     let store = Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
     let fs = Arc::new(Fs::mount(store.clone()).expect("mount"));
+    fs.set_atime_policy(atime);
     // As the kernel does: look the directory up (pinning it), then open it.
     let dir = fs.lookup(fern_fs::InodeId::ROOT, b"l").expect("lookup").ino;
     let fh = fs.opendir(dir).expect("opendir");
@@ -131,11 +162,5 @@ fn a_cold_readdirplus_reads_its_entries_in_a_few_round_trips() {
     }
     fs.releasedir(fh).expect("releasedir");
     fs.forget(dir, 1);
-    // The directory's stat (atime), the name scans, and right after each scan one Txn of
-    // inode rows per 126 entries (the scan's entry rows are not read again). [8 while each
-    // Txn read both rows of 63 entries.]
-    assert!(
-        n <= 6,
-        "a cold readdirplus of {FILES} files took {n} round trips"
-    );
+    Some(n)
 }

@@ -43,6 +43,12 @@ pub struct AtimePolicy {
 }
 
 impl AtimePolicy {
+    /// Whether an access to a node (a directory when `dir`) may ever write atime: if not, its
+    /// stat need not be read for it (a listing on a shared store then saves a round trip).
+    pub fn may_update(&self, dir: bool) -> bool {
+        !(dir && self.nodiratime) && self.mode != AtimeMode::Never
+    }
+
     /// Whether an access at `now` to a node with `stat` (a directory when `dir`) writes atime.
     pub fn updates(&self, stat: &Stat, now: Timespec, dir: bool) -> bool {
         if dir && self.nodiratime {
@@ -184,6 +190,13 @@ mod tests {
         assert!(nodir.updates(&stale, now, false));
         for p in [rel, strict, never, nodir] {
             assert_eq!(AtimePolicy::from_bits(p.to_bits()), p);
+            // `may_update` is false exactly where no stat could make `updates` true.
+            for dir in [false, true] {
+                let any = [&fresh, &stale, &old]
+                    .iter()
+                    .any(|s| p.updates(s, now, dir));
+                assert_eq!(p.may_update(dir), any, "{p:?} dir={dir}");
+            }
         }
     }
 }

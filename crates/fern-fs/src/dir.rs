@@ -228,9 +228,10 @@ impl Fs {
     /// releases `dir`'s lock).
     fn list_rows(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> FsResult<(Rows, u64)> {
         self.require_dir(dir)?;
-        if after.is_none() {
+        if after.is_none() && !self.read_only && self.atime_policy().may_update(true) {
             // A listing from the start reads the directory (POSIX: readdir marks atime), under
-            // the same relatime rule as a file read: a write only when atime is stale.
+            // the same relatime rule as a file read: a write only when atime is stale. Under
+            // noatime or nodiratime the stat is not read for it (on etcd: a round trip).
             let dir_inode = self.read_inode(dir)?;
             self.touch_atime(dir, &dir_inode.stat)?;
         }

@@ -393,7 +393,13 @@ impl Fs {
     pub(crate) fn read_record(&self, r: &dyn KvRead, ino: InodeId) -> FsResult<Inode> {
         match r.get(self.t.inode, &schema::id_key(ino))? {
             Some(v) => Inode::decode_record(&v),
-            None => Err(FsError::Stale),
+            None => {
+                // Another mount removed it: the kernel retries with a fresh lookup (ESTALE,
+                // LOOKUP_REVAL), which must not be answered from rows read ahead before the
+                // removal (lookahead.rs).
+                self.lookahead.forget_all();
+                Err(FsError::Stale)
+            }
         }
     }
 

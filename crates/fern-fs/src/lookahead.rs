@@ -1,4 +1,4 @@
-//! Lookups read ahead on a shared store (docs/distributed.md §8, "Lookups read ahead").
+//! Lookups read ahead on a shared store (docs/distributed.md §7, "Lookups read ahead").
 //!
 //! On a shared store a lookup reads the entry's row, then the inode row it names: two round
 //! trips, one after the other (etcd: ~1 ms), and a program that walks paths — `git status`
@@ -22,8 +22,9 @@
 //!   another mount created must be found by the next lookup, docs/distributed.md §7), except
 //!   by the lookup that read the rows just now.
 //!
-//! An open that finds its inode gone (`ESTALE`, another mount removed it) drops every row, so
-//! the kernel's retry of that lookup reads the store.
+//! A read that finds an inode gone (`ESTALE`: another mount removed it; fs.rs `read_record`,
+//! as an open or a getattr of a name looked up here does) drops every row, so the kernel's
+//! retry of that lookup reads the store.
 //!
 //! It owns only this cache and its rules; it never writes.
 

@@ -104,9 +104,6 @@ impl Fs {
         b.put(sh.open, key.clone(), Vec::new());
         self.kv.write(b, WriteOptions::NO_SYNC)?;
         if let Err(e) = self.read_inode(ino) {
-            // Another mount removed it; the kernel retries the open with a fresh lookup, which
-            // must not be answered from rows read ahead before the removal (lookahead.rs).
-            self.lookahead.forget_all();
             let mut b = fern_kv::WriteBatch::new();
             b.delete(sh.open, key);
             // Best effort: a registration left behind only delays freeing until this mount's
