@@ -97,24 +97,8 @@ impl EtcdStore {
                 return Err(self.guard_failure(guards)?);
             }
             let answers = resp.op_responses();
-            if answers.len() != chunk.len() {
-                return Err(KvError::Backend(
-                    format!(
-                        "etcd answered {} reads with {} responses",
-                        chunk.len(),
-                        answers.len()
-                    )
-                    .into(),
-                ));
-            }
-            for a in answers {
-                let TxnOpResponse::Get(g) = a else {
-                    return Err(KvError::Backend(
-                        "etcd answered a read with another op".into(),
-                    ));
-                };
-                out.push(g.kvs().first().map(|kv| kv.value().to_vec()));
-            }
+            let found = crate::store::read_answers(chunk.len(), &answers)?;
+            out.extend(found.into_iter().map(|kv| kv.map(|kv| kv.value().to_vec())));
         }
         Ok(out)
     }

@@ -584,33 +584,41 @@ impl EtcdStore {
 
 /// The states of `keys` from the Range responses of a Txn, one per key in order.
 fn stored_from(keys: &[Vec<u8>], resps: &[TxnOpResponse]) -> KvResult<HashMap<Vec<u8>, Stored>> {
-    if resps.len() != keys.len() {
-        return Err(KvError::Backend(
-            format!(
-                "etcd answered {} reads with {} responses",
-                keys.len(),
-                resps.len()
-            )
-            .into(),
-        ));
-    }
-    let mut out = HashMap::new();
-    for (k, r) in keys.iter().zip(resps) {
-        let TxnOpResponse::Get(g) = r else {
-            return Err(KvError::Backend(
-                "etcd answered a read with another op".into(),
-            ));
-        };
-        let stored = match g.kvs().first() {
-            Some(kv) => Stored {
+    let found = read_answers(keys.len(), resps)?;
+    Ok(keys
+        .iter()
+        .zip(found)
+        .map(|(k, kv)| {
+            let stored = kv.map_or_else(Stored::default, |kv| Stored {
                 value: Some(kv.value().to_vec()),
                 mod_revision: kv.mod_revision(),
-            },
-            None => Stored::default(),
-        };
-        out.insert(k.clone(), stored);
+            });
+            (k.clone(), stored)
+        })
+        .collect())
+}
+
+/// What each of a Txn's `n` point reads (`TxnOp::get`, its only ops) found: the key's
+/// current version, or `None` if absent. A response of another count or kind is a backend
+/// error, never a silent gap.
+pub(crate) fn read_answers(
+    n: usize,
+    resps: &[TxnOpResponse],
+) -> KvResult<Vec<Option<&etcd_client::KeyValue>>> {
+    if resps.len() != n {
+        return Err(KvError::Backend(
+            format!("etcd answered {n} reads with {} responses", resps.len()).into(),
+        ));
     }
-    Ok(out)
+    resps
+        .iter()
+        .map(|r| match r {
+            TxnOpResponse::Get(g) => Ok(g.kvs().first()),
+            _ => Err(KvError::Backend(
+                "etcd answered a read with another op".into(),
+            )),
+        })
+        .collect()
 }
 
 /// Refuses a planned Txn that etcd would refuse (docs/distributed.md §3, item 3).
