@@ -138,6 +138,39 @@ fn another_session_sees_every_acknowledged_write_at_its_next_read() {
     );
 }
 
+/// A blind write of a free session while another holds the part revokes the holder and
+/// then applies: it is never refused as a conflict (fern-fs writes file data with plain
+/// writes, which nobody reruns: two busy mounts trading the delegation gave `fs_mark`
+/// "write failed: Resource temporarily unavailable").
+#[test]
+fn a_free_sessions_blind_write_under_a_holder_applies_after_the_revocation() {
+    let Some((_, _, a, b, raw)) = trio("wb-blind") else {
+        return;
+    };
+    let t = a.tree("t").expect("tree");
+    let mut w = WriteBatch::new();
+    w.put(t, b"a".to_vec(), b"1".to_vec());
+    a.write(w, WriteOptions::NO_SYNC).expect("buffered write");
+    let tb = b.tree("t").expect("tree");
+    let mut w = WriteBatch::new();
+    w.put(tb, b"b".to_vec(), b"2".to_vec());
+    b.write(w, WriteOptions::NO_SYNC)
+        .expect("a blind write under a holder");
+    assert!(!a.holds(), "A gave the part back");
+    let tr = raw.tree("t").expect("tree");
+    let all = raw
+        .scan(tr, &KeyRange::all(), Direction::Forward, 10)
+        .expect("raw scan");
+    assert_eq!(
+        all,
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"2".to_vec())
+        ],
+        "A's buffered write went first, then B's"
+    );
+}
+
 #[test]
 fn a_sync_sends_the_buffer_in_a_few_fenced_txns() {
     let Some((_, inner, a, _b, raw)) = trio("wb-w3") else {

@@ -498,10 +498,20 @@ impl KvStore for WriteBack {
         self.core.store.tree(name)
     }
 
+    /// A blind batch reads nothing, so when its commit finds the mode changed or the part
+    /// held elsewhere (then revoked: `Conflict`), running it again is always right; it is
+    /// rerun here, like a free-mode read, instead of handing callers that never rerun a plain
+    /// write (fern-fs's data writes) a conflict they would report as `EAGAIN`.
     fn write(&self, batch: WriteBatch, opts: WriteOptions) -> KvResult<()> {
-        let mut txn = self.begin()?;
-        *txn.batch() = batch;
-        txn.commit(opts)
+        let mut attempt = 1;
+        loop {
+            let mut txn = self.begin()?;
+            *txn.batch() = batch.clone();
+            match txn.commit(opts) {
+                Err(KvError::Conflict) if attempt < FREE_ATTEMPTS => attempt += 1,
+                r => return r,
+            }
+        }
     }
 
     fn begin(&self) -> KvResult<Box<dyn KvTxn + '_>> {
