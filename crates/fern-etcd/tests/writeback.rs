@@ -171,6 +171,40 @@ fn a_free_sessions_blind_write_under_a_holder_applies_after_the_revocation() {
     );
 }
 
+/// A holder remembers what a scan covered: a read of a key the scan found absent asks the
+/// store nothing (a create's lookup of a new name in a directory just listed), while a key
+/// outside the scanned range is still read from the store.
+#[test]
+fn a_holder_answers_reads_inside_a_range_it_scanned_without_the_store() {
+    let Some((_, inner, a, _b, _raw)) = trio("wb-scanned") else {
+        return;
+    };
+    let t = a.tree("t").expect("tree");
+    let mut w = WriteBatch::new();
+    w.put(t, b"d/1".to_vec(), b"1".to_vec());
+    w.put(t, b"d/3".to_vec(), b"3".to_vec());
+    a.write(w, WriteOptions::SYNC).expect("write + flush");
+    a.sync().expect("sync");
+    let rows = a
+        .scan(t, &KeyRange::prefix(b"d/"), Direction::Forward, 100)
+        .expect("scan");
+    assert_eq!(rows.len(), 2);
+    let before = inner.requests();
+    assert_eq!(a.get(t, b"d/2").expect("get"), None);
+    assert_eq!(a.get(t, b"d/3").expect("get").as_deref(), Some(&b"3"[..]));
+    assert_eq!(
+        inner.requests() - before,
+        0,
+        "answered from the scanned range"
+    );
+    assert_eq!(a.get(t, b"e/1").expect("get"), None);
+    assert_eq!(
+        inner.requests() - before,
+        1,
+        "outside it, the store is read"
+    );
+}
+
 #[test]
 fn a_sync_sends_the_buffer_in_a_few_fenced_txns() {
     let Some((_, inner, a, _b, raw)) = trio("wb-w3") else {

@@ -182,7 +182,9 @@ impl Overlay {
 
     /// The answer of a scan of `region` — the part of the scanned range a store page
     /// covered — from the page and what the overlay knows, in `dir` order. Store pairs the
-    /// overlay knows better are replaced; the page's unknown pairs are remembered.
+    /// overlay knows better are replaced; the page's unknown pairs are remembered, and so is
+    /// the region itself: every key in it is then an entry or absent, so a later read there
+    /// (a lookup of a name not in a directory just listed) asks the store nothing.
     pub(crate) fn merge_page(
         &mut self,
         tree: TreeId,
@@ -197,6 +199,9 @@ impl Overlay {
                 merged.insert(k, v);
             }
         }
+        // Each key of the page is an entry now (filled, or known better), so what the region
+        // holds beyond the entries is nothing: the holder is the only writer (W2).
+        self.trees.entry(tree).or_default().absent.insert(region);
         if let Some(t) = self.trees.get(&tree) {
             for (k, v) in t.entries.range::<[u8], _>(region.as_bounds()) {
                 match v {
