@@ -525,13 +525,7 @@ impl Fs {
         if let (Dentry::Linked { .. }, None) = (&d, &f.inode) {
             return Ok(None);
         }
-        let rows = OneRow {
-            tree: self.t.inode,
-            key: schema::id_key(e.ino),
-            value: f.inode,
-            rest: &*self.kv,
-        };
-        self.attr_from_rows(&rows, dir, e, d, f.since)
+        self.attr_from_rows(&self.with_inode_row(e.ino, f.inode), dir, e, d, f.since)
     }
 
     /// Entry `e` of `dir` with its attributes as they are now, pinned; `None` if the name is
@@ -619,10 +613,22 @@ impl Fs {
 /// how `attr_from_fetched` and a lookup read ahead (lookahead.rs) hand an entry's fetched
 /// inode row to `resolve`.
 pub(crate) struct OneRow<'a> {
-    pub(crate) tree: fern_kv::TreeId,
-    pub(crate) key: Vec<u8>,
-    pub(crate) value: Option<Vec<u8>>,
-    pub(crate) rest: &'a dyn KvRead,
+    tree: fern_kv::TreeId,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    rest: &'a dyn KvRead,
+}
+
+impl Fs {
+    /// The store as seen with `ino`'s inode row already read as `row` (`None`: absent).
+    pub(crate) fn with_inode_row(&self, ino: InodeId, row: Option<Vec<u8>>) -> OneRow<'_> {
+        OneRow {
+            tree: self.t.inode,
+            key: schema::id_key(ino),
+            value: row,
+            rest: &*self.kv,
+        }
+    }
 }
 
 impl KvRead for OneRow<'_> {

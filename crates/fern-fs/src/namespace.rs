@@ -9,7 +9,6 @@ use fern_kv::{transact, transact_opts, KeyRange, KvRead, KvTxn, WriteOptions};
 use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{Attr, FileType, Stat, Timespec};
 use crate::cache::Loc;
-use crate::dir::OneRow;
 use crate::error::{FsError, FsResult};
 use crate::fs::{validate_name, Fs, InodeRows, PATH_MAX};
 use crate::ids::InodeId;
@@ -56,12 +55,7 @@ impl Fs {
         let (d, (loc, inode)) = match ahead {
             Answer::Found(entry, inode) => {
                 let d = Dentry::decode(&entry)?;
-                let rows = OneRow {
-                    tree: self.t.inode,
-                    key: schema::id_key(d.id()),
-                    value: Some(inode),
-                    rest: &*self.kv,
-                };
+                let rows = self.with_inode_row(d.id(), Some(inode));
                 (d.clone(), self.resolve(&rows, parent, name, d)?)
             }
             Answer::Absent => return Err(FsError::NotFound),
