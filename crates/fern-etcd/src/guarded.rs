@@ -76,16 +76,63 @@ impl EtcdStore {
         guards: &[KeyGuard],
         keys: &[(fern_kv::TreeId, Vec<u8>)],
     ) -> KvResult<Vec<Option<Vec<u8>>>> {
+        Ok(self.read_many_at(guards, keys, None, &[], 0)?.0)
+    }
+
+    /// [`Self::get_many_at`] with the first `limit` rows of each of `ranges` (of `tree`) read
+    /// in the first Txn, as Range ops after its keys (fern-kv `get_many_reading_ahead`). The
+    /// ranges must fit in one Txn beside the guards.
+    pub(crate) fn read_many_at(
+        &self,
+        guards: &[KeyGuard],
+        keys: &[(fern_kv::TreeId, Vec<u8>)],
+        tree: Option<fern_kv::TreeId>,
+        ranges: &[fern_kv::KeyRange],
+        limit: usize,
+    ) -> KvResult<fern_kv::ReadAhead> {
         let compares: Vec<_> = self.value_guards(guards)?.iter().map(compare).collect();
+        let room = crate::store::MAX_TXN_OPS.saturating_sub(guards.len());
+        if ranges.len() >= room {
+            return Err(KvError::TooLarge {
+                what: "etcd ranges read ahead in one Txn",
+                actual: ranges.len(),
+                limit: room.saturating_sub(1),
+            });
+        }
+        let mut scans = Vec::with_capacity(ranges.len());
+        if let Some(tree) = tree {
+            for r in ranges {
+                let er = self.keyspace().range(tree, r)?;
+                let opts = GetOptions::new()
+                    .with_range(er.hi.clone())
+                    .with_limit(limit as i64);
+                scans.push(TxnOp::get(er.lo.clone(), Some(opts)));
+            }
+        }
+        let tag_len = match tree {
+            Some(t) => self.keyspace().tag(t)?.len(),
+            None => 0,
+        };
         let mut out = Vec::with_capacity(keys.len());
-        let per_txn = crate::store::MAX_TXN_OPS
-            .saturating_sub(guards.len())
-            .max(1);
-        for chunk in keys.chunks(per_txn) {
-            let ops = chunk
+        let mut rows = Vec::with_capacity(ranges.len());
+        let mut rest = keys;
+        let mut first = true;
+        while first || !rest.is_empty() {
+            let with_scans = if first { scans.len() } else { 0 };
+            let n = rest.len().min((room - with_scans).max(1));
+            let (chunk, after) = rest.split_at(n);
+            rest = after;
+            let mut ops = chunk
                 .iter()
                 .map(|(t, k)| Ok(TxnOp::get(self.keyspace().key(*t, k)?, None)))
                 .collect::<KvResult<Vec<_>>>()?;
+            if first {
+                ops.extend(scans.iter().cloned());
+            }
+            first = false;
+            if ops.is_empty() {
+                break;
+            }
             let txn = Txn::new().when(compares.clone()).and_then(ops);
             let resp = self
                 .call(Resend::Always, |mut kv| {
@@ -97,10 +144,41 @@ impl EtcdStore {
                 return Err(self.guard_failure(guards)?);
             }
             let answers = resp.op_responses();
-            let found = crate::store::read_answers(chunk.len(), &answers)?;
+            let (got, scanned) = answers.split_at(chunk.len().min(answers.len()));
+            let found = crate::store::read_answers(chunk.len(), got)?;
             out.extend(found.into_iter().map(|kv| kv.map(|kv| kv.value().to_vec())));
+            if with_scans > 0 {
+                if scanned.len() != with_scans {
+                    return Err(KvError::Backend(
+                        format!(
+                            "etcd answered {with_scans} ranges with {} responses",
+                            scanned.len()
+                        )
+                        .into(),
+                    ));
+                }
+                for a in scanned {
+                    let TxnOpResponse::Get(g) = a else {
+                        return Err(KvError::Backend(
+                            "etcd answered a range with another op".into(),
+                        ));
+                    };
+                    let mut page = Vec::with_capacity(g.kvs().len());
+                    for kv in g.kvs() {
+                        let Some(user_key) = kv.key().get(tag_len..) else {
+                            return Err(KvError::Backend(
+                                format!("etcd returned key {:?} outside the range", kv.key())
+                                    .into(),
+                            ));
+                        };
+                        page.push((user_key.to_vec(), kv.value().to_vec()));
+                    }
+                    rows.push(Some(page));
+                }
+            }
         }
-        Ok(out)
+        rows.resize(ranges.len(), None);
+        Ok((out, rows))
     }
 
     /// Why a Txn guarded by `guards` failed: [`KvError::GuardFailed`] for the first guard

@@ -745,6 +745,28 @@ impl KvStore for EtcdStore {
         self.get_many_at(guards, keys)
     }
 
+    /// The ranges as Range ops in the first Txn of the keys.
+    fn get_many_reading_ahead(
+        &self,
+        keys: &[(TreeId, Vec<u8>)],
+        tree: TreeId,
+        ranges: &[KeyRange],
+        limit: usize,
+    ) -> KvResult<fern_kv::ReadAhead> {
+        self.read_many_at(&[], keys, Some(tree), ranges, limit)
+    }
+
+    fn get_many_reading_ahead_guarded(
+        &self,
+        guards: &[KeyGuard],
+        keys: &[(TreeId, Vec<u8>)],
+        tree: TreeId,
+        ranges: &[KeyRange],
+        limit: usize,
+    ) -> KvResult<fern_kv::ReadAhead> {
+        self.read_many_at(guards, keys, Some(tree), ranges, limit)
+    }
+
     /// The first page in one Txn with the guards' compares; later pages at its revision.
     fn scan_guarded(
         &self,

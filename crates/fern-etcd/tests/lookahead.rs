@@ -153,3 +153,110 @@ fn an_open_of_a_file_removed_elsewhere_makes_the_next_lookup_read_the_store() {
 fn a_getattr_of_a_file_removed_elsewhere_makes_the_next_lookup_read_the_store() {
     removed_elsewhere("getattr", |b, stale| b.fs().getattr(stale.ino).map(|_| ()));
 }
+
+/// A's tree for the walk tests: `/w` with subdirectories `s0`..`s2` of `n` files each.
+fn walk_tree(what: &str, n: usize) -> Option<(PathFs, PathFs, Arc<EtcdStore>)> {
+    let (a, b, b_store) = two_mounts(what, 0)?;
+    a.mkdir(b"/w", 0o755).expect("mkdir");
+    for s in 0..3 {
+        a.mkdir(format!("/w/s{s}").as_bytes(), 0o755)
+            .expect("mkdir");
+        for i in 0..n {
+            let f = a
+                .open(
+                    format!("/w/s{s}/f{i}").as_bytes(),
+                    OpenOptions::create_write(0o644),
+                )
+                .expect("create");
+            a.close(f).expect("close");
+        }
+    }
+    Some((a, b, b_store))
+}
+
+/// A readdirplus of `dir` from the start, as the kernel sends it after an opendir; returns
+/// (names, etcd round trips of the listing alone).
+fn readdirplus(p: &PathFs, store: &EtcdStore, dir: fern_fs::InodeId) -> (Vec<Vec<u8>>, u64) {
+    let fs = p.fs();
+    let fh = fs.opendir(dir).expect("opendir");
+    let before = store.requests();
+    let listed = fs.readdir(fh, 0, usize::MAX, true).expect("readdirplus");
+    let n = store.requests() - before;
+    fs.releasedir(fh).expect("releasedir");
+    let names = listed.iter().map(|(_, e)| e.name.clone()).collect();
+    for (_, e) in &listed {
+        fs.forget(e.ino, 1);
+    }
+    (names, n)
+}
+
+/// A walk: the readdirplus of `/w` reads its subdirectories' names in the same round trip,
+/// so each subdirectory's listing right after it costs only its inode rows (1 round trip,
+/// was 2: the name scan).
+#[test]
+fn a_walk_lists_each_subdirectory_in_one_round_trip() {
+    let Some((_a, b, b_store)) = walk_tree("walk", 20) else {
+        return;
+    };
+    let fs = b.fs();
+    let w = fs.lookup(fern_fs::InodeId::ROOT, b"w").expect("lookup").ino;
+    let (subs, _) = readdirplus(&b, &b_store, w);
+    assert_eq!(subs.len(), 3);
+    for s in &subs {
+        let ino = fs.lookup(w, s).expect("lookup").ino;
+        let (names, n) = readdirplus(&b, &b_store, ino);
+        assert_eq!(names.len(), 20, "every name of {s:?}");
+        assert!(n <= 1, "{s:?} listed in {n} round trips");
+        fs.forget(ino, 1);
+    }
+    fs.forget(w, 1);
+}
+
+/// Rule 2 for walks: a name this mount created in a subdirectory after the walk read it
+/// ahead is listed (the subdirectory's stripe count moved: the listing scans again).
+#[test]
+fn a_subdirectory_listing_read_ahead_shows_this_mounts_later_create() {
+    let Some((_a, b, b_store)) = walk_tree("walk-own", 2) else {
+        return;
+    };
+    let fs = b.fs();
+    let w = fs.lookup(fern_fs::InodeId::ROOT, b"w").expect("lookup").ino;
+    readdirplus(&b, &b_store, w);
+    let f = b
+        .open(b"/w/s1/new", OpenOptions::create_write(0o644))
+        .expect("create on B");
+    b.close(f).expect("close");
+    let s1 = fs.lookup(w, b"s1").expect("lookup").ino;
+    let (names, _) = readdirplus(&b, &b_store, s1);
+    assert!(
+        names.iter().any(|n| n == b"new"),
+        "B's own create is listed: {names:?}"
+    );
+    fs.forget(s1, 1);
+    fs.forget(w, 1);
+}
+
+/// A listing read ahead is used once and only within the age: a later listing (here after
+/// the age) reads the store and finds another mount's create.
+#[test]
+fn a_subdirectory_listing_read_ahead_expires() {
+    let Some((a, b, b_store)) = walk_tree("walk-age", 2) else {
+        return;
+    };
+    let fs = b.fs();
+    let w = fs.lookup(fern_fs::InodeId::ROOT, b"w").expect("lookup").ino;
+    readdirplus(&b, &b_store, w);
+    let f = a
+        .open(b"/w/s2/other", OpenOptions::create_write(0o644))
+        .expect("create on A");
+    a.close(f).expect("close");
+    std::thread::sleep(AGE + Duration::from_millis(20));
+    let s2 = fs.lookup(w, b"s2").expect("lookup").ino;
+    let (names, _) = readdirplus(&b, &b_store, s2);
+    assert!(
+        names.iter().any(|n| n == b"other"),
+        "A's create is listed after the age: {names:?}"
+    );
+    fs.forget(s2, 1);
+    fs.forget(w, 1);
+}

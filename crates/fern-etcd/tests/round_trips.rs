@@ -95,18 +95,20 @@ fn a_cold_readdirplus_reads_its_entries_in_a_few_round_trips() {
     let Some(n) = cold_readdirplus(fern_fs::AtimePolicy::default()) else {
         return;
     };
-    // The directory's stat (atime), the name scans, and right after each scan one Txn of
-    // inode rows per 126 entries (the scan's entry rows are not read again). [8 while each
-    // Txn read both rows of 63 entries.]
+    // The name scan and right after it one Txn of inode rows per 126 entries (the scan's
+    // entry rows are not read again); the listing's atime is written lazily (fern-fs
+    // atime.rs). [8 while each Txn read both rows of 63 entries; 6 while the directory's stat
+    // and its atime upsert were read and written here.]
     assert!(
-        n <= 6,
+        n <= 3,
         "a cold readdirplus of 200 files took {n} round trips"
     );
 }
 
-/// Under `noatime` a listing does not read the directory's stat (relatime's question).
+/// Under relatime (the default) a listing costs what it costs under `noatime`: its atime
+/// is written lazily, its stat read then (fern-fs atime.rs).
 #[test]
-fn a_cold_readdirplus_under_noatime_does_not_read_the_directorys_stat() {
+fn a_cold_readdirplus_under_relatime_costs_no_more_than_under_noatime() {
     let relatime = cold_readdirplus(fern_fs::AtimePolicy::default());
     let noatime = cold_readdirplus(fern_fs::AtimePolicy {
         mode: fern_fs::AtimeMode::Never,
@@ -115,8 +117,8 @@ fn a_cold_readdirplus_under_noatime_does_not_read_the_directorys_stat() {
     let (Some(relatime), Some(noatime)) = (relatime, noatime) else {
         return;
     };
-    assert!(
-        noatime < relatime,
+    assert_eq!(
+        noatime, relatime,
         "noatime {noatime} round trips, relatime {relatime}"
     );
 }

@@ -18,6 +18,7 @@ use crate::attr::{Attr, FileType};
 use crate::error::{FsError, FsResult};
 use crate::fs::{Fs, Handle};
 use crate::ids::{Fh, InodeId};
+use crate::lookahead::{WALK_DIRS, WALK_ROWS};
 use crate::record::Dentry;
 use crate::schema;
 
@@ -62,6 +63,18 @@ pub(crate) type DirHandle = Arc<Mutex<DirCursor>>;
 
 /// (name, entry) rows of a directory scan, as the store returned them.
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What one step of a listing read: rows of the `dentry` tree in name order.
+struct Listing {
+    rows: Rows,
+    /// The lock-release count taken just before the read (after the listing's own atime
+    /// update, which may take and release the directory's lock).
+    since: u64,
+    /// When the rows were read (a walk may have read them ahead, lookahead.rs).
+    at: Instant,
+    /// Whether entries may follow the rows.
+    more: bool,
+}
 
 /// One listed name as a handle keeps it: a scanned row, moved out of the scan's result (no
 /// copy of its name, no decoding of its inode: a plain readdir returns only the name, id and
@@ -202,7 +215,8 @@ impl Fs {
         limit: usize,
         plus: bool,
     ) -> FsResult<Vec<DirEntry>> {
-        let (rows, _) = self.list_rows(dir, after, limit)?;
+        let mut rows = self.list_rows(dir, after, limit)?.rows;
+        rows.truncate(limit);
         let mut out = Vec::with_capacity(rows.len());
         for (k, v) in rows {
             let (name, d) = (schema::name_of(&k)?.to_vec(), Dentry::decode(&v)?);
@@ -222,18 +236,31 @@ impl Fs {
         Ok(out)
     }
 
-    /// The entries of `dir` after `after` (at most `limit`) as (key, value) rows of the
-    /// `dentry` tree (the callers decode them into what they keep), and the lock-release count
-    /// taken just before the scan (after the listing's own atime update, which takes and
-    /// releases `dir`'s lock).
-    fn list_rows(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> FsResult<(Rows, u64)> {
+    /// The entries of `dir` after `after` (at most `limit`, or those a walk read ahead) as
+    /// (key, value) rows of the `dentry` tree (the callers decode them into what they keep).
+    fn list_rows(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> FsResult<Listing> {
         self.require_dir(dir)?;
-        if after.is_none() && !self.read_only && self.atime_policy().may_update(true) {
-            // A listing from the start reads the directory (POSIX: readdir marks atime), under
-            // the same relatime rule as a file read: a write only when atime is stale. Under
-            // noatime or nodiratime the stat is not read for it (on etcd: a round trip).
+        if after.is_none() && !self.read_only && self.is_shared() {
+            // A listing from the start reads the directory (POSIX: readdir marks atime). On a
+            // shared store the access is written lazily, its stat read then (atime.rs): here
+            // neither costs a round trip.
+            self.note_access(dir, true);
+        } else if after.is_none() && !self.read_only && self.atime_policy().may_update(true) {
+            // Under the same relatime rule as a file read: a write only when atime is stale.
+            // Under noatime or nodiratime the stat is not read for it.
             let dir_inode = self.read_inode(dir)?;
             self.touch_atime(dir, &dir_inode.stat)?;
+        }
+        if after.is_none() && self.is_shared() {
+            if let Some(w) = self.take_walked(dir) {
+                // As current for this mount's own changes as a scan now (lookahead.rs).
+                return Ok(Listing {
+                    since: self.locks.releases(),
+                    at: w.at,
+                    more: !w.complete,
+                    rows: w.rows,
+                });
+            }
         }
         let since = self.locks.releases();
         let (lo, hi) = schema::id_prefix_range(dir);
@@ -245,10 +272,16 @@ impl Fs {
             lo,
             hi: Bound::Excluded(hi),
         };
+        let at = Instant::now();
         let rows = self
             .kv
             .scan(self.t.dentry, &range, Direction::Forward, limit)?;
-        Ok((rows, since))
+        Ok(Listing {
+            more: rows.len() >= limit,
+            rows,
+            since,
+            at,
+        })
     }
 
     /// Opens directory `dir` for a FUSE-style listing with u64 offsets. Like a file handle,
@@ -256,7 +289,9 @@ impl Fs {
     /// [`Fs::releasedir`]).
     pub fn opendir(&self, dir: InodeId) -> FsResult<Fh> {
         {
-            let _g = self.locks.lock(&[dir]);
+            // A reading lock: an open changes nothing stored, so the directory's listing
+            // read ahead by a walk stays usable (lookahead.rs).
+            let _g = self.locks.lock_reading(&[dir]);
             self.require_dir(dir)?;
             self.inodes.update(dir, |k| k.opens += 1);
         }
@@ -441,10 +476,14 @@ impl Fs {
     /// One read-ahead scan of `dir` after the name `after` (`None`: from the start) into
     /// cursor `c`'s `ahead`.
     fn read_ahead(&self, dir: InodeId, after: Option<&[u8]>, c: &mut DirCursor) -> FsResult<()> {
-        let (rows, since) = self.list_rows(dir, after, READ_AHEAD)?;
-        c.at_end = rows.len() < READ_AHEAD;
+        let Listing {
+            rows,
+            since,
+            at,
+            more,
+        } = self.list_rows(dir, after, READ_AHEAD)?;
+        c.at_end = !more;
         let shared = self.is_shared();
-        let at = Instant::now();
         for (key, v) in rows {
             schema::name_of(&key)?;
             let (ino, kind) = Dentry::head(&v)?;
@@ -471,9 +510,17 @@ impl Fs {
     /// scanned since keeps the scan's row and time: the listing right after its scan needs one
     /// read per entry, not two). Shared stores only: there every entry is `Linked`, so
     /// readdirplus needs both rows of every entry.
+    ///
+    /// With reading ahead on (the adapter's [`Fs::set_lookup_ahead`]), the same round trip
+    /// reads the first names of up to [`WALK_DIRS`] subdirectories among those entries
+    /// (lookahead.rs, "Walks read ahead"): a walk lists them next.
     fn prefetch_rows(&self, ahead: &mut VecDeque<Listed>) -> FsResult<()> {
         let since = self.locks.releases();
+        let walk = !self.lookahead.max_age().is_zero();
         let mut keys: Vec<(fern_kv::TreeId, Vec<u8>)> = Vec::with_capacity(PREFETCH_KEYS);
+        // Subdirectories read ahead: their ranges and (id, stripe change count before).
+        let mut ranges = Vec::new();
+        let mut walked = Vec::new();
         let mut n = 0;
         for l in ahead.iter_mut() {
             if l.shared_scan
@@ -482,17 +529,38 @@ impl Fs {
             {
                 l.shared_scan = None;
             }
-            let want = if l.shared_scan.is_some() { 1 } else { 2 };
-            if keys.len() + want > PREFETCH_KEYS {
+            let walk_it = walk && l.kind == FileType::Directory && ranges.len() < WALK_DIRS;
+            let want = usize::from(l.shared_scan.is_none()) + 1 + usize::from(walk_it);
+            if keys.len() + ranges.len() + want > PREFETCH_KEYS {
                 break;
             }
             if l.shared_scan.is_none() {
                 keys.push((self.t.dentry, l.key.clone()));
             }
             keys.push((self.t.inode, schema::id_key(l.ino)));
+            if walk_it {
+                let (lo, hi) = schema::id_prefix_range(l.ino);
+                ranges.push(KeyRange {
+                    lo: Bound::Included(lo),
+                    hi: Bound::Excluded(hi),
+                });
+                walked.push((l.ino, self.locks.changes(l.ino)));
+            }
             n += 1;
         }
-        let mut rows = self.kv.get_many(&keys)?.into_iter();
+        let walk_at = Instant::now();
+        let (got, listings) = if ranges.is_empty() {
+            (self.kv.get_many(&keys)?, Vec::new())
+        } else {
+            self.kv
+                .get_many_reading_ahead(&keys, self.t.dentry, &ranges, WALK_ROWS)?
+        };
+        for ((dir, changes), rows) in walked.into_iter().zip(listings) {
+            if let Some(rows) = rows {
+                self.remember_walked(dir, walk_at, changes, rows);
+            }
+        }
+        let mut rows = got.into_iter();
         let at = Instant::now();
         for l in ahead.iter_mut().take(n) {
             l.fetched = Some(match l.shared_scan.take() {

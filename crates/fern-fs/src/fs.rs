@@ -131,6 +131,10 @@ impl Drop for Fs {
         // Handles still open die with this `Fs`; on a shared store their registrations go too
         // (shared.rs), as the session's would at a crash.
         self.drop_registrations();
+        // Accesses not written yet (shared stores), as an unmount's sync would.
+        if let Err(e) = self.flush_atimes() {
+            log::warn!("writing access times at close failed: {e}");
+        }
     }
 }
 
@@ -483,7 +487,14 @@ impl Fs {
 
     /// Public attributes of `inode` with id `ino`.
     pub(crate) fn attr_of(&self, ino: InodeId, inode: &Inode) -> FsResult<Attr> {
-        inode.stat.to_attr(ino, self.sb.block_size)
+        self.attr_of_stat(ino, inode.stat)
+    }
+
+    /// Public attributes of `ino` whose stored stat is `stat`: on a shared store with this
+    /// mount's access not written yet applied (atime.rs).
+    pub(crate) fn attr_of_stat(&self, ino: InodeId, stat: Stat) -> FsResult<Attr> {
+        self.with_pending_atime(ino, stat)
+            .to_attr(ino, self.sb.block_size)
     }
 }
 

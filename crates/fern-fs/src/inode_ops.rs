@@ -63,7 +63,7 @@ impl Fs {
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: InodeId) -> FsResult<Attr> {
         let _g = self.locks.lock(&[ino]);
-        self.stat_locked(ino)?.to_attr(ino, self.sb.block_size)
+        self.attr_of_stat(ino, self.stat_locked(ino)?)
     }
 
     /// access(2): whether `cred` may access `ino` with `mask` (`perm::MAY_*`), by its mode and
@@ -101,7 +101,7 @@ impl Fs {
             // Under this directory's lock, like every create in it (owner.rs).
             self.dir_table.note_stat(ino, &stat);
         }
-        stat.to_attr(ino, self.sb.block_size)
+        self.attr_of_stat(ino, stat)
     }
 
     /// [`Fs::setattr_as`] without reading the attributes back: the change is one blind write,
@@ -208,6 +208,10 @@ impl Fs {
         };
         self.kv.write(b, opts)?;
         self.stat_applied(ino, before, &d);
+        if sa.atime.is_some() {
+            // A lazily written access must not overwrite the time set here (atime.rs).
+            self.drop_pending_atime(ino);
+        }
         if let Some(s) = new_shape {
             self.set_shape(ino, s);
         }
@@ -392,12 +396,14 @@ impl Fs {
     /// making the file durable makes the whole store durable; `datasync` changes nothing.
     pub fn fsync(&self, ino: InodeId, _datasync: bool) -> FsResult<()> {
         self.loc(ino)?;
+        self.flush_atimes()?;
         self.kv.sync()?;
         Ok(())
     }
 
     /// syncfs: everything written so far becomes durable.
     pub fn syncfs(&self) -> FsResult<()> {
+        self.flush_atimes()?;
         self.kv.sync()?;
         Ok(())
     }

@@ -38,7 +38,7 @@ mod stored;
 pub mod upsert;
 mod xattr;
 
-pub use atime::{AtimeMode, AtimePolicy};
+pub use atime::{AtimeMode, AtimePolicy, LAZY_FOR};
 pub use attr::{Attr, FileType, SetAttr, TimeSet, Timespec};
 pub use cache::{InodeTableFigures, Releasable};
 pub use data::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};

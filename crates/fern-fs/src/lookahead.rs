@@ -26,7 +26,17 @@
 //! as an open or a getattr of a name looked up here does) drops every row, so the kernel's
 //! retry of that lookup reads the store.
 //!
-//! It owns only this cache and its rules; it never writes.
+//! Walks read ahead too (docs/distributed.md §7, "Walks read ahead"): a program that lists a
+//! directory with attributes (readdirplus) and then lists its subdirectories — `find`, `ls
+//! -lR`, `du`, `git status`'s untracked scan — pays a name scan per subdirectory. So the
+//! readdirplus that fetches the inode rows of a directory's entries also reads, in the same
+//! round trip ([`fern_kv::KvStore::get_many_reading_ahead`]), the first [`WALK_ROWS`] names
+//! of up to [`WALK_DIRS`] of the subdirectories among them; a listing of one of those from the
+//! start within the same age uses them instead of its scan, once, if no change of this mount
+//! finished under the subdirectory's stripe since (then its inode rows are fetched as after
+//! any scan).
+//!
+//! It owns only these caches and their rules; it never writes.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -55,6 +65,29 @@ const LARGE_FOR: Duration = Duration::from_secs(1);
 
 /// Directories whose state is kept at once (the oldest goes first).
 const MAX_DIRS: usize = 64;
+
+/// Subdirectories whose listings one readdirplus fetch reads ahead.
+pub(crate) const WALK_DIRS: usize = 16;
+
+/// Names of each such listing read ahead; a longer listing goes on with scans of its own.
+pub(crate) const WALK_ROWS: usize = 256;
+
+/// A subdirectory's listing read ahead: its first rows, as the store's dentry scan gives them.
+struct Walked {
+    at: Instant,
+    /// The subdirectory's stripe change count before the read.
+    changes: u64,
+    rows: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A listing read ahead, handed to the listing it was read for.
+pub(crate) struct WalkedRows {
+    /// When it was read.
+    pub(crate) at: Instant,
+    pub(crate) rows: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Whether the rows are the whole directory.
+    pub(crate) complete: bool,
+}
 
 /// What this mount knows of one directory's recent lookups.
 enum Ahead {
@@ -99,6 +132,8 @@ pub(crate) struct LookAhead {
     /// How old a row may be when used; zero: off.
     max_age: Mutex<Duration>,
     dirs: Mutex<HashMap<InodeId, Ahead>>,
+    /// Listings of subdirectories read ahead by a readdirplus.
+    walked: Mutex<HashMap<InodeId, Walked>>,
 }
 
 /// What the read-ahead rows say of one lookup.
@@ -115,9 +150,11 @@ impl LookAhead {
     /// Drops every row (an open found a looked-up inode gone).
     pub(crate) fn forget_all(&self) {
         self.dirs.lock().clear();
+        self.walked.lock().clear();
     }
 
-    fn max_age(&self) -> Duration {
+    /// How old a row may be when used; zero: reading ahead is off.
+    pub(crate) fn max_age(&self) -> Duration {
         *self.max_age.lock()
     }
 }
@@ -242,6 +279,45 @@ impl Fs {
             dir_changes,
             rows,
         }))
+    }
+}
+
+impl Fs {
+    /// Keeps the listing of subdirectory `dir` read ahead at `at`, `changes` being its
+    /// stripe's change count taken before the read.
+    pub(crate) fn remember_walked(
+        &self,
+        dir: InodeId,
+        at: Instant,
+        changes: u64,
+        rows: Vec<(Vec<u8>, Vec<u8>)>,
+    ) {
+        let mut w = self.lookahead.walked.lock();
+        if w.len() >= MAX_DIRS && !w.contains_key(&dir) {
+            // Oldest first; expired ones are gone anyway.
+            w.retain(|_, v| v.at.elapsed() <= MAX_AGE);
+            if w.len() >= MAX_DIRS {
+                if let Some(oldest) = w.iter().min_by_key(|(_, v)| v.at).map(|(d, _)| *d) {
+                    w.remove(&oldest);
+                }
+            }
+        }
+        w.insert(dir, Walked { at, changes, rows });
+    }
+
+    /// The listing of `dir` read ahead, if it is recent enough and no change of this mount
+    /// under `dir`'s stripe finished since its read (module comment); used once.
+    pub(crate) fn take_walked(&self, dir: InodeId) -> Option<WalkedRows> {
+        let w = self.lookahead.walked.lock().remove(&dir)?;
+        let age = self.lookahead.max_age();
+        if w.at.elapsed() > age || self.locks.changes(dir) != w.changes {
+            return None;
+        }
+        Some(WalkedRows {
+            at: w.at,
+            complete: w.rows.len() < WALK_ROWS,
+            rows: w.rows,
+        })
     }
 }
 

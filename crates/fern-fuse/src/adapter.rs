@@ -40,7 +40,7 @@ use fuser::{
     OpenFlags, RenameFlags, TimeOrNow, WriteFlags,
 };
 
-use crate::convert::{errno, file_attr, kind, open_flags, time_set, timespec};
+use crate::convert::{dot_attr, errno, file_attr, kind, open_flags, time_set, timespec};
 use crate::handler::{Handler, Request};
 use crate::killpriv::{self, KillPriv};
 use crate::options::{MountOptions, StatsSource, STATS_XATTR};
@@ -71,6 +71,8 @@ pub struct FernFuse {
     /// Asks the kernel to forget inodes while fern-fs's inode table is past its bound
     /// (started with the notifier when the table has a bound).
     releaser: Option<crate::release::Releaser>,
+    /// Writes what fern-fs keeps to write lazily (shared stores' access times).
+    _ticker: Option<crate::ticker::Ticker>,
 }
 
 impl FernFuse {
@@ -82,6 +84,7 @@ impl FernFuse {
         // may answer from rows read ahead that recently (fern-fs lookahead.rs).
         fs.set_lookup_ahead(opts.entry_ttl.min(opts.attr_ttl));
         Self {
+            _ticker: crate::ticker::Ticker::start(&fs),
             fs,
             entry_ttl: opts.entry_ttl,
             attr_ttl: opts.attr_ttl,
@@ -566,16 +569,17 @@ impl Handler for FernFuse {
         mut reply: ReplyDirectoryPlus<'_>,
     ) {
         let dir = ino(i);
+        // The kernel takes only the inode numbers of `.` and `..` from a readdirplus reply
+        // (fs/fuse/readdir.c `fuse_direntplus_link` returns before it looks at their
+        // attributes), so those are not read: on a shared store that was two stat reads,
+        // round trips, per listing.
         let dot = |off| {
             let target = if off == 1 {
                 Ok(dir)
             } else {
                 self.fs.parent_of(dir)
             };
-            target
-                .and_then(|t| self.fs.getattr(t))
-                .map(|a| file_attr(&a))
-                .map_err(|e| errno(&e))
+            target.map(dot_attr).map_err(|e| errno(&e))
         };
         match reply.add_dots(offset, &self.entry_ttl, dot) {
             Ok(false) => {}

@@ -86,6 +86,28 @@ pub fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes sent with `.` and `..` in a readdirplus reply, which the kernel does not
+/// use: directory `ino`, nothing else known.
+pub fn dot_attr(ino: fern_fs::InodeId) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino.0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::Directory,
+        perm: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 /// open(2)/create flags as fern-fs open flags. `append` is dropped under the writeback cache:
 /// there the kernel owns the file size and sends appends with explicit offsets.
 pub fn open_flags(flags: i32, writeback: bool) -> OpenFlags {

@@ -29,6 +29,7 @@ mod options;
 mod release;
 mod reply;
 mod session;
+mod ticker;
 pub mod uring;
 
 pub use adapter::{negotiate, FernFuse, INIT_FLAGS, OPEN_FLAGS};

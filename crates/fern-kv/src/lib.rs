@@ -31,7 +31,7 @@ pub use error::{KvError, KvResult};
 pub use extent::{ExtentRef, EXTENT_REF_LEN};
 pub use guard::KeyGuard;
 pub use retry::{transact, transact_opts, Backoff, RetryPolicy, Retryable};
-pub use store::{KvRead, KvSession, KvStore, KvTxn};
+pub use store::{KvRead, KvSession, KvStore, KvTxn, ReadAhead};
 pub use types::{
     prefix_successor, Direction, KeyRange, Limits, MergeFn, StoreSpace, TreeId, UpdateFn,
     UpdateFnId, UpdateRegistry, WriteOptions,

@@ -197,6 +197,40 @@ pub trait KvStore: KvRead + Send + Sync {
             .collect()
     }
 
+    /// [`KvStore::get_many`] that also reads ahead: with the values of `keys`, the first
+    /// `limit` rows (forward) of each of `ranges` in `tree`, in the same round trips where the
+    /// store can (etcd: Range ops in the first Txn; callers keep `ranges` to a few). A range
+    /// the store does not read that way is `None` — on every store by default, and on a
+    /// write-back holder, whose scans merge with its buffer. For reading ahead only (fern-fs:
+    /// the listings of the subdirectories a walk lists next): the caller must do without.
+    fn get_many_reading_ahead(
+        &self,
+        keys: &[(TreeId, Vec<u8>)],
+        tree: TreeId,
+        ranges: &[KeyRange],
+        limit: usize,
+    ) -> KvResult<ReadAhead> {
+        let _ = (tree, limit);
+        Ok((self.get_many(keys)?, vec![None; ranges.len()]))
+    }
+
+    /// [`KvStore::get_many_reading_ahead`], each round trip only if every guard holds when
+    /// it reads (contract: "Guards").
+    fn get_many_reading_ahead_guarded(
+        &self,
+        guards: &[KeyGuard],
+        keys: &[(TreeId, Vec<u8>)],
+        tree: TreeId,
+        ranges: &[KeyRange],
+        limit: usize,
+    ) -> KvResult<ReadAhead> {
+        let _ = (tree, limit);
+        Ok((
+            self.get_many_guarded(guards, keys)?,
+            vec![None; ranges.len()],
+        ))
+    }
+
     /// A hint: the caller knows the store holds nothing in `range` of `tree` (fern-fs: the
     /// keys under an inode id it has just allocated, never used before). A store that caches
     /// what it read may answer reads there without asking its backend
@@ -212,6 +246,10 @@ pub trait KvStore: KvRead + Send + Sync {
         Ok(Vec::new())
     }
 }
+
+/// What [`KvStore::get_many_reading_ahead`] returns: the values of the keys, in order, and per
+/// range its first rows (`None`: not read ahead).
+pub type ReadAhead = (Vec<Option<Vec<u8>>>, Vec<Option<Vec<(Vec<u8>, Vec<u8>)>>>);
 
 /// A live handle's presence on a shared store (etcd: a lease kept alive by the handle). What
 /// it holds disappears when the handle goes away — dropped, its process killed, or cut off

@@ -576,6 +576,29 @@ impl KvStore for WriteBack {
         )
     }
 
+    /// Free: the store's read ahead, guarded. Held: the keys as `get_many` answers them, no
+    /// range (a holder's scan merges with its buffer, page by page).
+    fn get_many_reading_ahead(
+        &self,
+        keys: &[(TreeId, Vec<u8>)],
+        tree: TreeId,
+        ranges: &[KeyRange],
+        limit: usize,
+    ) -> KvResult<crate::ReadAhead> {
+        self.read(
+            |g| {
+                self.core.store.get_many_reading_ahead_guarded(
+                    std::slice::from_ref(g),
+                    keys,
+                    tree,
+                    ranges,
+                    limit,
+                )
+            },
+            || Ok((self.core.get_many(keys)?, vec![None; ranges.len()])),
+        )
+    }
+
     fn assume_absent(&self, tree: TreeId, range: &KeyRange) {
         let st = self.state.read();
         if matches!(st.mode, Mode::Held(_)) {
