@@ -260,3 +260,29 @@ fn a_subdirectory_listing_read_ahead_expires() {
     fs.forget(s2, 1);
     fs.forget(w, 1);
 }
+
+/// `..` of a subdirectory a walk read ahead is the listed parent without a read, but after
+/// this mount moved the subdirectory it is the new parent (the move holds its stripe).
+#[test]
+fn a_walked_subdirectorys_dotdot_follows_this_mounts_rename() {
+    let Some((_a, b, b_store)) = walk_tree("walk-dotdot", 1) else {
+        return;
+    };
+    let fs = b.fs();
+    let w = fs.lookup(fern_fs::InodeId::ROOT, b"w").expect("lookup").ino;
+    readdirplus(&b, &b_store, w);
+    let s0 = fs.lookup(w, b"s0").expect("lookup").ino;
+    let s1 = fs.lookup(w, b"s1").expect("lookup").ino;
+    let before = b_store.requests();
+    assert_eq!(fs.listed_parent_of(s1).expect(".."), w);
+    assert_eq!(b_store.requests(), before, "answered from the walk");
+    b.rename(b"/w/s0", b"/s0", 0).expect("rename on B");
+    assert_eq!(
+        fs.listed_parent_of(s0).expect(".."),
+        fern_fs::InodeId::ROOT,
+        "the moved directory's new parent"
+    );
+    fs.forget(s0, 1);
+    fs.forget(s1, 1);
+    fs.forget(w, 1);
+}

@@ -420,7 +420,7 @@ impl Fs {
                         .is_none_or(|f| f.at.elapsed() > FETCHED_FOR)
                 {
                     c.ahead.push_front(l);
-                    self.prefetch_rows(&mut c.ahead)?;
+                    self.prefetch_rows(dir, &mut c.ahead)?;
                     l = c.ahead.pop_front().expect("pushed back just now");
                 }
                 let e = DirEntry {
@@ -514,7 +514,7 @@ impl Fs {
     /// With reading ahead on (the adapter's [`Fs::set_lookup_ahead`]), the same round trip
     /// reads the first names of up to [`WALK_DIRS`] subdirectories among those entries
     /// (lookahead.rs, "Walks read ahead"): a walk lists them next.
-    fn prefetch_rows(&self, ahead: &mut VecDeque<Listed>) -> FsResult<()> {
+    fn prefetch_rows(&self, dir: InodeId, ahead: &mut VecDeque<Listed>) -> FsResult<()> {
         let since = self.locks.releases();
         let walk = !self.lookahead.max_age().is_zero();
         let mut keys: Vec<(fern_kv::TreeId, Vec<u8>)> = Vec::with_capacity(PREFETCH_KEYS);
@@ -555,9 +555,9 @@ impl Fs {
             self.kv
                 .get_many_reading_ahead(&keys, self.t.dentry, &ranges, WALK_ROWS)?
         };
-        for ((dir, changes), rows) in walked.into_iter().zip(listings) {
+        for ((sub, changes), rows) in walked.into_iter().zip(listings) {
             if let Some(rows) = rows {
-                self.remember_walked(dir, walk_at, changes, rows);
+                self.remember_walked(sub, dir, walk_at, changes, rows);
             }
         }
         let mut rows = got.into_iter();

@@ -74,6 +74,8 @@ pub(crate) const WALK_ROWS: usize = 256;
 
 /// A subdirectory's listing read ahead: its first rows, as the store's dentry scan gives them.
 struct Walked {
+    /// The directory whose listing named it.
+    parent: InodeId,
     at: Instant,
     /// The subdirectory's stripe change count before the read.
     changes: u64,
@@ -283,11 +285,12 @@ impl Fs {
 }
 
 impl Fs {
-    /// Keeps the listing of subdirectory `dir` read ahead at `at`, `changes` being its
-    /// stripe's change count taken before the read.
+    /// Keeps the listing of subdirectory `dir` of `parent` read ahead at `at`, `changes` being
+    /// its stripe's change count taken before the read.
     pub(crate) fn remember_walked(
         &self,
         dir: InodeId,
+        parent: InodeId,
         at: Instant,
         changes: u64,
         rows: Vec<(Vec<u8>, Vec<u8>)>,
@@ -302,7 +305,27 @@ impl Fs {
                 }
             }
         }
-        w.insert(dir, Walked { at, changes, rows });
+        w.insert(
+            dir,
+            Walked {
+                parent,
+                at,
+                changes,
+                rows,
+            },
+        );
+    }
+
+    /// The directory to list as `dir`'s `..`: the one whose listing read `dir`'s names ahead,
+    /// under the same rules as those names (a rename of `dir` holds its stripe), else the
+    /// store's answer ([`Fs::parent_of`]). Saves a listing's round trip on a shared store.
+    pub fn listed_parent_of(&self, dir: InodeId) -> FsResult<InodeId> {
+        if let Some(w) = self.lookahead.walked.lock().get(&dir) {
+            if w.at.elapsed() <= self.lookahead.max_age() && self.locks.changes(dir) == w.changes {
+                return Ok(w.parent);
+            }
+        }
+        self.parent_of(dir)
     }
 
     /// The listing of `dir` read ahead, if it is recent enough and no change of this mount

@@ -577,7 +577,7 @@ impl Handler for FernFuse {
             let target = if off == 1 {
                 Ok(dir)
             } else {
-                self.fs.parent_of(dir)
+                self.fs.listed_parent_of(dir)
             };
             target.map(dot_attr).map_err(|e| errno(&e))
         };
