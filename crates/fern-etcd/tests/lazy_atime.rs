@@ -11,13 +11,12 @@ use fern_etcd::EtcdStore;
 use fern_fs::path::{OpenOptions, PathFs};
 use fern_fs::{Cred, Fs, InodeId, MkfsOptions, TimeSet, Timespec};
 
-/// Two mounts of one new file system: A made `/d` with `n` files of 100 bytes; B is a fresh
-/// mount under relatime (the default). Returns A, B and B's store (for round trip counts).
-fn two_mounts(what: &str, n: usize) -> Option<(PathFs, PathFs, Arc<EtcdStore>)> {
+/// A first mount of a new file system that made `/d` with `n` files of 100 bytes, and the
+/// configuration to mount it again.
+fn first_mount(what: &str, n: usize) -> Option<(PathFs, fern_etcd::EtcdConfig)> {
     let etcd = shared_for_tests()?;
     let cfg = etcd.config(&unique_prefix(what));
-    let connect = || Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
-    let a_store = connect();
+    let a_store = Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
     Fs::mkfs(&*a_store, MkfsOptions::default()).expect("mkfs");
     let a = PathFs::new(Arc::new(Fs::mount(a_store).expect("mount A")), Cred::root());
     a.mkdir(b"/d", 0o755).expect("mkdir");
@@ -31,7 +30,14 @@ fn two_mounts(what: &str, n: usize) -> Option<(PathFs, PathFs, Arc<EtcdStore>)> 
         a.write_at(&f, 0, &[5u8; 100]).expect("write");
         a.close(f).expect("close");
     }
-    let b_store = connect();
+    Some((a, cfg))
+}
+
+/// Two mounts of one new file system: A made `/d` with `n` files of 100 bytes; B is a fresh
+/// mount under relatime (the default). Returns A, B and B's store (for round trip counts).
+fn two_mounts(what: &str, n: usize) -> Option<(PathFs, PathFs, Arc<EtcdStore>)> {
+    let (a, cfg) = first_mount(what, n)?;
+    let b_store = Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
     let b = PathFs::new(
         Arc::new(Fs::mount(b_store.clone()).expect("mount B")),
         Cred::root(),
@@ -153,4 +159,36 @@ fn a_lazy_atime_write_of_a_removed_file_writes_nothing() {
     assert_eq!(row, None, "the removed file's inode row stays absent");
     let report = fern_fs::check::check(&*b_store).expect("check");
     assert!(report.is_clean(), "fsck: {report:?}");
+}
+
+/// What a write to an unreachable cluster returns.
+fn unreachable() -> fern_kv::KvError {
+    fern_kv::KvError::Unavailable("injected: etcd unreachable".into())
+}
+
+/// A flush whose write fails keeps its accesses: the next one writes them.
+#[test]
+fn accesses_whose_write_failed_are_written_by_the_next_flush() {
+    let Some((a, cfg)) = first_mount("lazy-fail", 1) else {
+        return;
+    };
+    let store = Arc::new(fern_kv::faults::FailingWrites::new(Box::new(
+        EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"),
+    )));
+    let b = PathFs::new(
+        Arc::new(Fs::mount(store.clone()).expect("mount B")),
+        Cred::root(),
+    );
+    let before = atime(&a, b"/d/f0");
+    let f = b.open(b"/d/f0", OpenOptions::default()).expect("open");
+    b.read_at(&f, 0, 100).expect("read");
+    b.close(f).expect("close");
+    let shown = atime(&b, b"/d/f0");
+    assert!(shown > before);
+    store.fail_with(Some(unreachable));
+    assert!(b.fs().syncfs().is_err(), "the flush's write fails");
+    assert_eq!(atime(&b, b"/d/f0"), shown, "B still shows the access");
+    store.fail_with(None);
+    b.fs().syncfs().expect("sync B");
+    assert_eq!(atime(&a, b"/d/f0"), shown, "written by the next flush");
 }

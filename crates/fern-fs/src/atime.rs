@@ -173,6 +173,20 @@ impl AtimeSetting {
         l.pending.keys().copied().collect()
     }
 
+    /// Puts back accesses whose write failed, unless newer ones came meanwhile (then the
+    /// first of both is kept with the newer last).
+    fn restore(&self, chunk: Vec<(InodeId, Accesses)>) {
+        let mut l = self.lazy.lock();
+        for (ino, a) in chunk {
+            l.pending
+                .entry(ino)
+                .and_modify(|n| n.first = a.first)
+                .or_insert(a);
+        }
+        l.oldest.get_or_insert_with(Instant::now);
+        self.any_pending.store(true, Ordering::Release);
+    }
+
     /// Removes and returns the pending accesses of `ids` (the caller holds their locks, so no
     /// explicit atime set comes between this and their write).
     fn remove(&self, ids: &[InodeId]) -> Vec<(InodeId, Accesses)> {
@@ -319,42 +333,54 @@ impl Fs {
             if chunk.is_empty() {
                 continue;
             }
-            let ids: Vec<InodeId> = chunk.iter().map(|(i, _)| *i).collect();
-            let keys: Vec<_> = ids
-                .iter()
-                .map(|i| (self.t.inode, crate::schema::id_key(*i)))
-                .collect();
-            let rows = self.kv.get_many(&keys)?;
-            let mut b = WriteBatch::new();
-            let mut applied = Vec::new();
-            for (&(ino, accesses), row) in chunk.iter().zip(rows) {
-                // Gone (freed): nothing to write.
-                let Some(row) = row else { continue };
-                let stored = crate::record::Inode::decode_record(&row)?.stat;
-                let after = accesses.apply(policy, stored);
-                if after.atime == stored.atime {
-                    continue;
-                }
-                let d = StatDelta {
-                    atime: Some(after.atime),
-                    ..StatDelta::default()
-                };
-                let before = self.upsert_stat(&mut b, ino, &crate::cache::Loc::Inode, &d)?;
-                applied.push((ino, before, d));
+            if let Err(e) = self.write_chunk(policy, &chunk) {
+                // Kept for the next flush (still under the chunk's locks, so no explicit set
+                // came between): a clock's flush that failed is tried again.
+                self.atime.restore(chunk);
+                return Err(e);
             }
-            if b.is_empty() {
+        }
+        Ok(())
+    }
+
+    /// Writes the accesses of `chunk` (whose locks the caller holds) that the policy asks for
+    /// given the stats stored now: one multi-get, one batch.
+    fn write_chunk(&self, policy: AtimePolicy, chunk: &[(InodeId, Accesses)]) -> FsResult<()> {
+        let ids: Vec<InodeId> = chunk.iter().map(|(i, _)| *i).collect();
+        let keys: Vec<_> = ids
+            .iter()
+            .map(|i| (self.t.inode, crate::schema::id_key(*i)))
+            .collect();
+        let rows = self.kv.get_many(&keys)?;
+        let mut b = WriteBatch::new();
+        let mut applied = Vec::new();
+        for (&(ino, accesses), row) in chunk.iter().zip(rows) {
+            // Gone (freed): nothing to write.
+            let Some(row) = row else { continue };
+            let stored = crate::record::Inode::decode_record(&row)?.stat;
+            let after = accesses.apply(policy, stored);
+            if after.atime == stored.atime {
                 continue;
             }
-            match self.kv.write(b, WriteOptions::NO_SYNC) {
-                Ok(()) => {
-                    for (ino, before, d) in applied {
-                        self.stat_applied(ino, before, &d);
-                    }
+            let d = StatDelta {
+                atime: Some(after.atime),
+                ..StatDelta::default()
+            };
+            let before = self.upsert_stat(&mut b, ino, &crate::cache::Loc::Inode, &d)?;
+            applied.push((ino, before, d));
+        }
+        if b.is_empty() {
+            return Ok(());
+        }
+        match self.kv.write(b, WriteOptions::NO_SYNC) {
+            Ok(()) => {
+                for (ino, before, d) in applied {
+                    self.stat_applied(ino, before, &d);
                 }
-                // As in `touch_atime`: a full store keeps its reserve for data.
-                Err(fern_kv::KvError::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {}
-                Err(e) => return Err(e.into()),
             }
+            // As in `touch_atime`: a full store keeps its reserve for data.
+            Err(fern_kv::KvError::Io(e)) if e.kind() == std::io::ErrorKind::StorageFull => {}
+            Err(e) => return Err(e.into()),
         }
         Ok(())
     }

@@ -17,6 +17,7 @@ pub mod conformance;
 mod deleg;
 mod error;
 mod extent;
+pub mod faults;
 mod guard;
 pub mod mem;
 pub mod occ;

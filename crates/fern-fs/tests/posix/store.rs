@@ -101,69 +101,29 @@ fn errno_mapping_is_posix() {
     assert_eq!(FsError::corrupt("x").errno(), libc::EIO);
 }
 
-/// A store whose media fills up on demand: writes fail as fern-kv-tree reports the engine's
-/// `NoSpace` (`KvError::Io` of kind `StorageFull`).
-struct FullStore {
-    inner: Box<dyn fern_kv::KvStore>,
-    full: std::sync::atomic::AtomicBool,
-}
-
-impl fern_kv::KvRead for FullStore {
-    fn get(&self, t: fern_kv::TreeId, k: &[u8]) -> fern_kv::KvResult<Option<Vec<u8>>> {
-        self.inner.get(t, k)
-    }
-    fn scan(
-        &self,
-        t: fern_kv::TreeId,
-        r: &fern_kv::KeyRange,
-        d: fern_kv::Direction,
-        limit: usize,
-    ) -> fern_kv::KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.inner.scan(t, r, d, limit)
-    }
-    fn read_extent(&self, r: &fern_kv::ExtentRef, buf: &mut [u8]) -> fern_kv::KvResult<()> {
-        self.inner.read_extent(r, buf)
-    }
-}
-
-impl fern_kv::KvStore for FullStore {
-    fn tree(&self, name: &str) -> fern_kv::KvResult<fern_kv::TreeId> {
-        self.inner.tree(name)
-    }
-    fn write(&self, b: fern_kv::WriteBatch, o: fern_kv::WriteOptions) -> fern_kv::KvResult<()> {
-        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(fern_kv::KvError::Io(std::io::Error::new(
-                std::io::ErrorKind::StorageFull,
-                "device full",
-            )));
-        }
-        self.inner.write(b, o)
-    }
-    fn begin(&self) -> fern_kv::KvResult<Box<dyn fern_kv::KvTxn + '_>> {
-        self.inner.begin()
-    }
-    fn sync(&self) -> fern_kv::KvResult<()> {
-        self.inner.sync()
-    }
-    fn limits(&self) -> fern_kv::Limits {
-        self.inner.limits()
-    }
+/// A full device as fern-kv-tree reports it: the engine's `NoSpace`, a `KvError::Io` of kind
+/// `StorageFull`.
+fn device_full() -> fern_kv::KvError {
+    fern_kv::KvError::Io(std::io::Error::new(
+        std::io::ErrorKind::StorageFull,
+        "device full",
+    ))
 }
 
 #[test]
 fn storage_full_is_enospc() {
-    let store = std::sync::Arc::new(FullStore {
-        inner: crate::open_store(fern_fs::registry(), fern_kv::Limits::EMBEDDED),
-        full: std::sync::atomic::AtomicBool::new(false),
-    });
+    let store = std::sync::Arc::new(fern_kv::faults::FailingWrites::new(crate::open_store(
+        fern_fs::registry(),
+        fern_kv::Limits::EMBEDDED,
+    )));
     fern_fs::Fs::mkfs(&*store, fern_fs::MkfsOptions::default()).expect("mkfs");
     let fs = std::sync::Arc::new(fern_fs::Fs::mount(store.clone()).expect("mount"));
     let p = fern_fs::path::PathFs::new(fs, fern_fs::Cred::root());
     let f = p.open(b"/f", rw()).expect("create");
-    store.full.store(true, std::sync::atomic::Ordering::SeqCst);
+    store.fail_with(Some(device_full));
     assert_eq!(err(p.write_at(&f, 0, b"data")), libc::ENOSPC);
     assert_eq!(err(p.ftruncate(&f, 100)), libc::ENOSPC);
-    store.full.store(false, std::sync::atomic::Ordering::SeqCst);
+    store.fail_with(None);
     p.write_at(&f, 0, b"data").expect("space again");
     p.close(f).expect("close");
     let io = |kind| FsError::Kv(fern_kv::KvError::Io(std::io::Error::from(kind))).errno();
