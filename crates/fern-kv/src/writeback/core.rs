@@ -56,6 +56,7 @@ impl Core {
                 // value wins.
                 out[i] = Some(ov.known(*t, k).unwrap_or(v));
             }
+            ov.trim(super::CACHE_BYTES);
         }
         Ok(out.into_iter().map(Option::unwrap_or_default).collect())
     }
@@ -70,7 +71,9 @@ impl KvRead for Core {
         let mut ov = self.overlay.lock();
         ov.fill(tree, key, v.as_deref());
         // A local commit may have written the key since the store was read: its value wins.
-        Ok(ov.known(tree, key).unwrap_or(v))
+        let v = ov.known(tree, key).unwrap_or(v);
+        ov.trim(super::CACHE_BYTES);
+        Ok(v)
     }
 
     fn scan(
@@ -93,7 +96,12 @@ impl KvRead for Core {
             let full = page.len() == limit;
             let last = page.last().map(|(k, _)| k.clone());
             let region = covered(&cursor, dir, limit, &page);
-            let merged = self.overlay.lock().merge_page(tree, &region, dir, page);
+            let merged = {
+                let mut ov = self.overlay.lock();
+                let merged = ov.merge_page(tree, &region, dir, page);
+                ov.trim(super::CACHE_BYTES);
+                merged
+            };
             out.extend(merged);
             if out.len() >= limit {
                 out.truncate(limit);

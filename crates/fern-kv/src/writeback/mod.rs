@@ -68,7 +68,8 @@ pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Dirty ops or bytes that make a commit flush the buffer.
 const FLUSH_OPS: usize = 4096;
 const FLUSH_BYTES: usize = 4 << 20;
-/// Cached bytes above which a flush also drops the cache.
+/// Cached bytes (values and known-absent ranges) above which the cache is dropped once
+/// nothing is dirty (overlay.rs `trim`: after a flush, and after every fill).
 const CACHE_BYTES: usize = 64 << 20;
 /// How often the background flusher sends what is buffered.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -351,10 +352,7 @@ impl WriteBack {
                 }
             }
         }
-        let mut ov = self.core.overlay.lock();
-        if ov.cached_bytes() > CACHE_BYTES {
-            ov.clear_cache();
-        }
+        self.core.overlay.lock().trim(CACHE_BYTES);
         Ok(())
     }
 

@@ -36,7 +36,8 @@ impl TreeView {
 #[derive(Debug, Default)]
 pub(crate) struct Overlay {
     trees: HashMap<TreeId, TreeView>,
-    /// Bytes of keys and values in `entries` (the cache bound).
+    /// Bytes of keys and values in `entries`, and of the known-absent ranges added (each
+    /// counted once when added, merged or not: an upper bound), for the cache bound.
     bytes: usize,
     /// Committed batches not yet in the store, oldest first (resolved: no upserts).
     log: VecDeque<WriteBatch>,
@@ -64,7 +65,13 @@ impl Overlay {
 
     /// Records the caller's promise that the store holds nothing in `range`.
     pub(crate) fn assume_absent(&mut self, tree: TreeId, range: &KeyRange) {
+        self.add_absent(tree, range);
+    }
+
+    /// Adds a known-absent range, counted in the cache's bytes.
+    fn add_absent(&mut self, tree: TreeId, range: &KeyRange) {
         self.trees.entry(tree).or_default().absent.insert(range);
+        self.bytes += range_cost(range);
     }
 
     /// Keys of `batch`'s upserts whose old value the overlay does not know (the holder
@@ -154,7 +161,7 @@ impl Overlay {
                         keep
                     });
                     t.absent.insert(&r);
-                    self.bytes -= freed;
+                    self.bytes = self.bytes - freed + range_cost(&r);
                 }
                 Op::Upsert { .. } => unreachable!("resolve() leaves no upsert"),
             }
@@ -201,7 +208,7 @@ impl Overlay {
         }
         // Each key of the page is an entry now (filled, or known better), so what the region
         // holds beyond the entries is nothing: the holder is the only writer (W2).
-        self.trees.entry(tree).or_default().absent.insert(region);
+        self.add_absent(tree, region);
         if let Some(t) = self.trees.get(&tree) {
             for (k, v) in t.entries.range::<[u8], _>(region.as_bounds()) {
                 match v {
@@ -225,7 +232,8 @@ impl Overlay {
         (self.log_ops, self.log_bytes)
     }
 
-    /// Bytes of cached keys and values.
+    /// Bytes counted against the cache bound.
+    #[cfg(test)]
     pub(crate) fn cached_bytes(&self) -> usize {
         self.bytes
     }
@@ -248,6 +256,17 @@ impl Overlay {
         }
     }
 
+    /// Drops the cache when it holds more than `limit` bytes and nothing is dirty: the
+    /// entries then say only what the store says. (Reads and commits run under the
+    /// write-back's mode read lock, a flush under its write lock, so an empty log also means
+    /// no flush is in flight.) A holder that only reads fills the cache without ever
+    /// flushing, so every fill checks this, not only a flush.
+    pub(crate) fn trim(&mut self, limit: usize) {
+        if self.bytes > limit && self.log.is_empty() {
+            self.clear_cache();
+        }
+    }
+
     /// Forgets every cached value and range; only allowed with an empty dirty log.
     pub(crate) fn clear_cache(&mut self) {
         debug_assert!(self.log.is_empty());
@@ -264,6 +283,17 @@ impl Overlay {
     }
 }
 
+/// What a known-absent range is counted as in the cache's bytes: its bounds and the map
+/// node that keeps them.
+fn range_cost(range: &KeyRange) -> usize {
+    const NODE: usize = 64;
+    let len = |b: &Bound<Vec<u8>>| match b {
+        Bound::Included(k) | Bound::Excluded(k) => k.len(),
+        Bound::Unbounded => 0,
+    };
+    len(&range.lo) + len(&range.hi) + NODE
+}
+
 /// Bounds of the part of `range` beyond `last` in `dir` (the next page's range).
 pub(crate) fn beyond(range: &KeyRange, dir: Direction, last: &[u8]) -> KeyRange {
     let mut r = range.clone();
@@ -272,4 +302,55 @@ pub(crate) fn beyond(range: &KeyRange, dir: Direction, last: &[u8]) -> KeyRange 
         Direction::Reverse => r.hi = Bound::Excluded(last.to_vec()),
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: TreeId = TreeId(1);
+
+    fn prefix(i: u64) -> KeyRange {
+        KeyRange::half_open(&i.to_be_bytes(), &(i + 1).to_be_bytes())
+    }
+
+    /// A holder that only lists (scans of empty directories) adds known-absent ranges and
+    /// nothing else: they must count toward the bound, or its cache grows without one.
+    #[test]
+    fn known_absent_ranges_count_toward_the_cache_bound() {
+        let mut ov = Overlay::default();
+        for i in (0..1000).step_by(2) {
+            ov.merge_page(T, &prefix(i), Direction::Forward, Vec::new());
+        }
+        assert!(ov.cached_bytes() >= 500 * 64, "{} bytes", ov.cached_bytes());
+        ov.trim(1024);
+        assert_eq!(
+            ov.cached_bytes(),
+            0,
+            "a clean cache over the bound is dropped"
+        );
+        assert_eq!(
+            ov.known(T, &2u64.to_be_bytes()),
+            None,
+            "nothing known any more"
+        );
+    }
+
+    /// A dirty overlay keeps everything whatever its size: its entries are the only copy of
+    /// what is not flushed yet.
+    #[test]
+    fn a_dirty_cache_is_never_trimmed() {
+        let mut ov = Overlay::default();
+        ov.fill(T, b"read", Some(b"v"));
+        let mut b = WriteBatch::new();
+        b.put(T, b"mine".to_vec(), b"new".to_vec());
+        ov.commit(b);
+        ov.trim(0);
+        assert_eq!(ov.known(T, b"mine"), Some(Some(b"new".to_vec())));
+        assert_eq!(ov.known(T, b"read"), Some(Some(b"v".to_vec())));
+        let sent = ov.take_groups(128, 1 << 20);
+        assert_eq!(sent.len(), 1);
+        ov.trim(0);
+        assert_eq!(ov.known(T, b"mine"), None, "clean once flushed: dropped");
+    }
 }
