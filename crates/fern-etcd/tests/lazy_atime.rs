@@ -4,45 +4,21 @@
 //! after the next sync (or within `LAZY_FOR` of a later access) — and a lazy write never
 //! overwrites an atime set explicitly since, nor brings back a removed inode.
 
+mod mounts;
+
 use std::sync::Arc;
 
-use fern_etcd::local::{shared_for_tests, unique_prefix};
 use fern_etcd::EtcdStore;
 use fern_fs::path::{OpenOptions, PathFs};
-use fern_fs::{Cred, Fs, InodeId, MkfsOptions, TimeSet, Timespec};
-
-/// A first mount of a new file system that made `/d` with `n` files of 100 bytes, and the
-/// configuration to mount it again.
-fn first_mount(what: &str, n: usize) -> Option<(PathFs, fern_etcd::EtcdConfig)> {
-    let etcd = shared_for_tests()?;
-    let cfg = etcd.config(&unique_prefix(what));
-    let a_store = Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
-    Fs::mkfs(&*a_store, MkfsOptions::default()).expect("mkfs");
-    let a = PathFs::new(Arc::new(Fs::mount(a_store).expect("mount A")), Cred::root());
-    a.mkdir(b"/d", 0o755).expect("mkdir");
-    for i in 0..n {
-        let f = a
-            .open(
-                format!("/d/f{i}").as_bytes(),
-                OpenOptions::create_write(0o644),
-            )
-            .expect("create");
-        a.write_at(&f, 0, &[5u8; 100]).expect("write");
-        a.close(f).expect("close");
-    }
-    Some((a, cfg))
-}
+use fern_fs::{Cred, Fs, InodeId, TimeSet, Timespec};
+use mounts::first_mount;
 
 /// Two mounts of one new file system: A made `/d` with `n` files of 100 bytes; B is a fresh
 /// mount under relatime (the default). Returns A, B and B's store (for round trip counts).
 fn two_mounts(what: &str, n: usize) -> Option<(PathFs, PathFs, Arc<EtcdStore>)> {
-    let (a, cfg) = first_mount(what, n)?;
-    let b_store = Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
-    let b = PathFs::new(
-        Arc::new(Fs::mount(b_store.clone()).expect("mount B")),
-        Cred::root(),
-    );
-    Some((a, b, b_store))
+    let (a, cfg) = first_mount(what, n, &[5u8; 100])?;
+    let (b, b_store) = mounts::mount(&cfg);
+    Some((a, PathFs::new(b, Cred::root()), b_store))
 }
 
 /// A cold readdirplus of `/d` by `p`'s mount; returns the etcd round trips it took.
@@ -169,7 +145,7 @@ fn unreachable() -> fern_kv::KvError {
 /// A flush whose write fails keeps its accesses: the next one writes them.
 #[test]
 fn accesses_whose_write_failed_are_written_by_the_next_flush() {
-    let Some((a, cfg)) = first_mount("lazy-fail", 1) else {
+    let Some((a, cfg)) = first_mount("lazy-fail", 1, &[5u8; 100]) else {
         return;
     };
     let store = Arc::new(fern_kv::faults::FailingWrites::new(Box::new(

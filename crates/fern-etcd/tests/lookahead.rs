@@ -7,37 +7,22 @@
 //! answer run their steps right after the read (milliseconds here); a slow machine only makes
 //! those lookups read the store, which passes for the right reason too.
 
+mod mounts;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use fern_etcd::local::{shared_for_tests, unique_prefix};
 use fern_etcd::EtcdStore;
 use fern_fs::path::{OpenOptions, PathFs};
-use fern_fs::{Cred, Fs, FsError, MkfsOptions};
+use fern_fs::{Cred, FsError};
 
 const AGE: Duration = Duration::from_millis(100);
 
 /// Two mounts (stores, sessions) of one new file system: A made `/d` with `n` files; B reads
 /// ahead as a FUSE mount with 1 s TTLs does.
 fn two_mounts(what: &str, n: usize) -> Option<(PathFs, PathFs, Arc<EtcdStore>)> {
-    let etcd = shared_for_tests()?;
-    let cfg = etcd.config(&unique_prefix(what));
-    let connect = || Arc::new(EtcdStore::connect(&cfg, fern_fs::registry()).expect("connect"));
-    let a_store = connect();
-    Fs::mkfs(&*a_store, MkfsOptions::default()).expect("mkfs");
-    let a = PathFs::new(Arc::new(Fs::mount(a_store).expect("mount A")), Cred::root());
-    a.mkdir(b"/d", 0o755).expect("mkdir");
-    for i in 0..n {
-        let f = a
-            .open(
-                format!("/d/f{i}").as_bytes(),
-                OpenOptions::create_write(0o644),
-            )
-            .expect("create");
-        a.close(f).expect("close");
-    }
-    let b_store = connect();
-    let b_fs = Arc::new(Fs::mount(b_store.clone()).expect("mount B"));
+    let (a, cfg) = mounts::first_mount(what, n, &[])?;
+    let (b_fs, b_store) = mounts::mount(&cfg);
     b_fs.set_lookup_ahead(Duration::from_secs(1));
     Some((a, PathFs::new(b_fs, Cred::root()), b_store))
 }

@@ -129,6 +129,18 @@ struct Lazy {
     oldest: Option<Instant>,
 }
 
+impl Lazy {
+    /// [`AtimeSetting::due`] under the lock.
+    fn due(&mut self, all: bool) -> Vec<InodeId> {
+        let due = self.oldest.is_some_and(|t| t.elapsed() >= LAZY_FOR);
+        if !(all || due) || self.pending.is_empty() {
+            return Vec::new();
+        }
+        self.oldest = None;
+        self.pending.keys().copied().collect()
+    }
+}
+
 /// The unwritten accesses of one inode: the first and the last are all the rule needs.
 #[derive(Clone, Copy, Debug)]
 struct Accesses {
@@ -164,13 +176,7 @@ impl AtimeSetting {
     /// The inodes of every pending access when `all` or when the oldest is due (their
     /// accesses are taken one chunk at a time under the chunk's locks: [`Self::remove`]).
     fn due(&self, all: bool) -> Vec<InodeId> {
-        let mut l = self.lazy.lock();
-        let due = l.oldest.is_some_and(|t| t.elapsed() >= LAZY_FOR);
-        if !(all || due) || l.pending.is_empty() {
-            return Vec::new();
-        }
-        l.oldest = None;
-        l.pending.keys().copied().collect()
+        self.lazy.lock().due(all)
     }
 
     /// Puts back accesses whose write failed, unless newer ones came meanwhile (then the
@@ -268,7 +274,8 @@ impl Fs {
             return;
         }
         let now = Timespec::now();
-        let full = {
+        // One lock per access: the record and the question whether a flush is due.
+        let due = {
             let mut l = self.atime.lazy.lock();
             l.pending
                 .entry(ino)
@@ -280,9 +287,13 @@ impl Fs {
                 });
             l.oldest.get_or_insert_with(Instant::now);
             self.atime.any_pending.store(true, Ordering::Release);
-            l.pending.len() >= MAX_PENDING
+            let full = l.pending.len() >= MAX_PENDING;
+            l.due(full)
         };
-        if let Err(e) = self.write_atimes(self.atime.due(full)) {
+        if due.is_empty() {
+            return;
+        }
+        if let Err(e) = self.write_atimes(due) {
             // The access itself succeeded; its atime is not worth failing it for.
             log::warn!("writing access times failed: {e}");
         }
