@@ -26,7 +26,34 @@ pub struct IoCounters {
 
 /// Reads /proc/self/io.
 pub fn io_counters() -> io::Result<IoCounters> {
-    let text = fs::read_to_string("/proc/self/io")?;
+    io_counters_at(Path::new("/proc/self/io"))
+}
+
+/// Reads /proc/PID/io: the counters of another process (a FUSE daemon; needs root or the
+/// same user).
+pub fn io_counters_of(pid: u32) -> io::Result<IoCounters> {
+    io_counters_at(&Path::new("/proc").join(pid.to_string()).join("io"))
+}
+
+/// Bytes written to block device `dev` (`/dev/loop3` or `loop3`) since it appeared: the
+/// "sectors written" field of /sys/block/NAME/stat, in 512-byte units whatever the device's
+/// block size (Documentation/block/stat.rst).
+pub fn block_device_bytes_written(dev: &str) -> io::Result<u64> {
+    let name = dev.rsplit('/').next().unwrap_or(dev);
+    let text = fs::read_to_string(Path::new("/sys/block").join(name).join("stat"))?;
+    text.split_whitespace()
+        .nth(6)
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|sectors| sectors * 512)
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "/sys/block/{name}/stat has no sectors-written field"
+            ))
+        })
+}
+
+fn io_counters_at(path: &Path) -> io::Result<IoCounters> {
+    let text = fs::read_to_string(path)?;
     let mut c = IoCounters::default();
     for line in text.lines() {
         let Some((name, v)) = line.split_once(':') else {
@@ -173,6 +200,20 @@ mod tests {
         assert!(peak_rss_bytes().unwrap_or(0) > 0);
         let m = Machine::detect();
         assert!(m.nproc >= 1 && m.mem_bytes > 0);
+    }
+
+    #[test]
+    fn block_devices_report_bytes_written() {
+        let first = fs::read_dir("/sys/block")
+            .unwrap()
+            .next()
+            .expect("a block device")
+            .unwrap()
+            .file_name();
+        let name = first.to_string_lossy();
+        block_device_bytes_written(&format!("/dev/{name}")).unwrap();
+        let e = block_device_bytes_written("no-such-device").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

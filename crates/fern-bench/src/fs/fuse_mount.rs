@@ -348,6 +348,20 @@ impl MountGuard for FuseMount {
         }
     }
 
+    /// fernfs on an image: what the daemon dirtied or wrote (its /proc/PID/io), less what was
+    /// dropped before it was written.
+    fn device_bytes_written(&self) -> Result<Option<u64>> {
+        match (&self.daemon, self.daemon_pid()) {
+            (Daemon::Fernfs { image, .. }, Some(pid))
+                if !image.to_string_lossy().starts_with("etcd://") =>
+            {
+                let c = procinfo::io_counters_of(pid)?;
+                Ok(Some(c.write_bytes.saturating_sub(c.cancelled_write_bytes)))
+            }
+            _ => Ok(None),
+        }
+    }
+
     fn teardown(&mut self) -> Result<()> {
         let r = self.umount();
         let _ = std::fs::remove_dir(&self.mountpoint);

@@ -308,6 +308,13 @@ impl FsTarget for LibTarget {
         Ok(Some(image_blocks(&self.image)?))
     }
 
+    /// This process is the engine (a task runs in a process of its own): what it dirtied or
+    /// wrote, less what was dropped before it was written.
+    fn device_bytes_written(&self) -> Result<Option<u64>> {
+        let c = procinfo::io_counters()?;
+        Ok(Some(c.write_bytes.saturating_sub(c.cancelled_write_bytes)))
+    }
+
     fn cold(&mut self, drop_caches: bool) -> Result<bool> {
         self.unmount()?;
         let dropped = drop_caches && procinfo::drop_page_cache();

@@ -304,6 +304,10 @@ pub trait MountGuard: Send + Sync {
     fn teardown(&mut self) -> Result<()>;
     /// Bytes used on the device (see [`FsTarget::space_used`]).
     fn space_used(&self) -> Result<Option<u64>>;
+    /// Bytes sent toward the device so far (see [`FsTarget::device_bytes_written`]).
+    fn device_bytes_written(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 impl MountGuard for LoopMount {
@@ -323,6 +327,14 @@ impl MountGuard for LoopMount {
     fn space_used(&self) -> Result<Option<u64>> {
         let st = rustix::fs::statvfs(&self.mountpoint).map_err(std::io::Error::from)?;
         Ok(Some((st.f_blocks - st.f_bfree) * st.f_frsize))
+    }
+
+    /// What the loop device received: data, metadata and journal alike.
+    fn device_bytes_written(&self) -> Result<Option<u64>> {
+        match &self.dev {
+            Some(dev) => Ok(Some(procinfo::block_device_bytes_written(dev)?)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -565,6 +577,13 @@ impl FsTarget for PosixTarget {
     fn space_used(&self) -> Result<Option<u64>> {
         match &self.mount {
             Some(m) => m.space_used(),
+            None => Ok(None),
+        }
+    }
+
+    fn device_bytes_written(&self) -> Result<Option<u64>> {
+        match &self.mount {
+            Some(m) => m.device_bytes_written(),
             None => Ok(None),
         }
     }

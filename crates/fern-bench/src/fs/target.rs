@@ -88,6 +88,17 @@ pub trait FsTarget: Sync {
     fn space_used(&self) -> Result<Option<u64>> {
         Ok(None)
     }
+    /// Bytes the file system has sent toward its device so far, counted where every system
+    /// can be counted alike (F7's write amplification is the difference over the writes and
+    /// their fsync, divided by the bytes written): a loop-mounted kernel file system, what its
+    /// loop device received; fernfs, the bytes its process (the FUSE daemon, or this process
+    /// for the library) dirtied in the image's page cache or wrote directly — every one of them
+    /// goes to the device, and rewrites of a page still dirty count once, as on a kernel file
+    /// system. `None` where nothing is stored (the null FUSE file system) or not on a device
+    /// here (etcd).
+    fn device_bytes_written(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
     /// syncfs(2): everything written so far becomes durable.
     fn sync(&self) -> Result<()>;
     /// Makes the next reads cold: unmount and mount again (close and reopen the image), then

@@ -65,6 +65,15 @@ fn every_workload_runs_and_checks_clean_on_fernfs_lib() {
             assert!(r.get(k).is_some(), "{k} missing in {r}");
         }
     }
+    // F7's write amplification: every byte of the (incompressible) file reached the image.
+    let wa: Vec<_> = out
+        .medians
+        .iter()
+        .filter(|r| r.workload == "F7" && r.unit == "x bytes written")
+        .collect();
+    assert_eq!(wa.len(), 1, "{:?}", out.medians);
+    assert!(wa[0].value >= 1.0, "{:?}", wa[0]);
+    assert!(!wa[0].higher_is_better());
     let table = fern_bench::fs::report::markdown_table(&out.medians, &["fernfs-lib".into()]);
     assert!(table.contains("| F9a |"), "{table}");
     // Nothing left behind.

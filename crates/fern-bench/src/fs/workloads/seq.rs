@@ -13,13 +13,16 @@ pub(super) fn seq_chunk(seed: u64, k: u64, buf: &mut [u8]) {
 
 /// F7: one file written sequentially in 1 MiB writes + fsync, then (cold) read sequentially
 /// in 1 MiB reads. Only the pwrite/fsync and pread calls are timed: generating and checking
-/// the data runs between them, outside the clock.
+/// the data runs between them, outside the clock. Where the target can count what reached its
+/// device ([`FsTarget::device_bytes_written`]), the write's amplification is a third figure:
+/// those bytes over the writes and their fsync, divided by the file's size.
 pub(super) fn seq(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutput) -> Result<()> {
     const CHUNK: usize = 1 << 20;
     let bytes = spec.sizes.f7_file_bytes;
     let chunks = bytes.div_ceil(CHUNK as u64);
     let mut buf = vec![0u8; CHUNK];
     let f = t.open("big", true)?;
+    let device_before = t.device_bytes_written()?;
     let mut timed = std::time::Duration::ZERO;
     let res = (|| {
         for k in 0..chunks {
@@ -39,6 +42,19 @@ pub(super) fn seq(spec: &FsTaskSpec, t: &mut dyn FsTarget, out: &mut FsTaskOutpu
     closed?;
     out.records
         .push(f7(spec, bytes, timed, "1 MiB writes + fsync", 0));
+    if let (Some(before), Some(after)) = (device_before, t.device_bytes_written()?) {
+        let mut r = record(
+            spec,
+            FsWorkload::F7,
+            after.saturating_sub(before) as f64 / bytes as f64,
+            "x bytes written",
+        );
+        r.metric = Some(format!(
+            "{} MiB, write amplification (to the device, through the fsync)",
+            bytes >> 20
+        ));
+        out.records.push(r);
+    }
 
     cold(spec, t, out)?;
     let f = t.open("big", false)?;
