@@ -58,6 +58,9 @@ pub struct MountOptions {
     pub threads: usize,
     /// How requests travel (`transport=auto|dev|uring`; docs/fuse.md, "Transports").
     pub transport: crate::uring::Transport,
+    /// When ring threads wait for requests at the idle policy so a woken requester stays on
+    /// their CPU (`ring_wakeups=auto|always|off`; docs/fuse.md, "Wake-ups on the serving CPU").
+    pub ring_wakeups: crate::uring::WakeMode,
     /// Switch the kernel's `enable_uring` parameter on before mounting if it is off
     /// (`enable_uring`, root only; a global setting that outlives the mount, so never done
     /// unless asked: docs/fuse.md, "Transports").
@@ -173,6 +176,7 @@ impl Default for MountOptions {
             // io_uring where the kernel allows it: it serves a request on the CPU that made
             // it, without a read/write pair and a cross-CPU wake-up (docs/fuse.md).
             transport: crate::uring::Transport::Auto,
+            ring_wakeups: crate::uring::WakeMode::Auto,
             enable_uring: false,
             max_write: 1 << 20,
             read_ahead: 1 << 20,
@@ -261,6 +265,12 @@ impl MountOptions {
                         .parse()
                         .map_err(|_| bad("transport must be auto, dev or uring"))?
                 }
+                "ring_wakeups" => {
+                    self.ring_wakeups = val
+                        .ok_or_else(|| bad("needs a value"))?
+                        .parse()
+                        .map_err(|_| bad("ring_wakeups must be auto, always or off"))?
+                }
                 "enable_uring" => self.enable_uring = true,
                 "max_write" => {
                     let n = num(val)?;
@@ -340,6 +350,7 @@ impl MountOptions {
         ));
         v.push(format!("threads={}", self.threads));
         v.push(format!("transport={}", self.transport.name()));
+        v.push(format!("ring_wakeups={}", self.ring_wakeups.name()));
         if self.enable_uring {
             v.push("enable_uring".into());
         }

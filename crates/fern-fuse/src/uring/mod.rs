@@ -6,6 +6,9 @@
 pub(crate) mod abi;
 mod dispatch;
 mod queue;
+mod wakeups;
+
+pub use wakeups::WakeMode;
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -100,6 +103,8 @@ pub struct TransportStatus {
     active: AtomicBool,
     note: Mutex<Option<String>>,
     pub(crate) ring_requests: AtomicU64,
+    /// The rings' wake-up placement, once they started (wakeups.rs).
+    wakeups: Mutex<Option<Arc<wakeups::WakePlacement>>>,
 }
 
 impl TransportStatus {
@@ -111,6 +116,7 @@ impl TransportStatus {
             active: AtomicBool::new(false),
             note: Mutex::new(None),
             ring_requests: AtomicU64::new(0),
+            wakeups: Mutex::new(None),
         })
     }
 
@@ -182,8 +188,17 @@ impl TransportStatus {
             Some(n) => format!("\"{}\"", n.replace('\\', "\\\\").replace('"', "\\\"")),
             None => "null".into(),
         };
+        let wakeups = match self.wakeups.lock().ok().and_then(|w| w.clone()) {
+            Some(w) => format!(
+                "{{\"mode\":\"{}\",\"usable\":{},\"stalls\":{}}}",
+                w.mode().name(),
+                w.usable(),
+                w.trips()
+            ),
+            None => "null".into(),
+        };
         format!(
-            "{{\"requested\":\"{}\",\"active\":\"{}\",\"ring_requests\":{},\"note\":{note}}}",
+            "{{\"requested\":\"{}\",\"active\":\"{}\",\"ring_requests\":{},\"ring_wakeups\":{wakeups},\"note\":{note}}}",
             self.requested.name(),
             self.active().name(),
             self.ring_requests()
@@ -228,10 +243,15 @@ pub fn start<H: Handler>(
     dev: impl AsFd,
     handler: Arc<H>,
     max_write: u32,
+    wake_mode: WakeMode,
     status: &Arc<TransportStatus>,
 ) -> io::Result<Option<Rings>> {
     if !status.negotiated.load(Ordering::Relaxed) {
         return Ok(None);
+    }
+    let placement = wakeups::WakePlacement::new(wake_mode);
+    if let Ok(mut w) = status.wakeups.lock() {
+        *w = Some(placement.clone());
     }
     let dev: Arc<OwnedFd> = Arc::new(dev.as_fd().try_clone_to_owned()?);
     // The kernel's payload is max(8 KiB, max_write, max_pages pages); fuser asks for as many
@@ -242,11 +262,12 @@ pub fn start<H: Handler>(
     let mut threads = Vec::with_capacity(n);
     for qid in 0..n {
         let (dev, h, st, tx) = (dev.clone(), handler.clone(), status.clone(), tx.clone());
+        let placement = placement.clone();
         let qid16 = u16::try_from(qid).map_err(|_| io::Error::other("too many CPUs"))?;
         threads.push(
             std::thread::Builder::new()
                 .name(format!("fuse-ring-{qid}"))
-                .spawn(move || queue::serve(qid16, dev, h, payload, st, tx))?,
+                .spawn(move || queue::serve(qid16, dev, h, payload, st, placement, tx))?,
         );
     }
     drop(tx);
@@ -314,7 +335,13 @@ impl<H: Handler> Mount<H> {
         let (classic, published) = crate::Classic::new(handler, status.clone());
         let started = fuser::Session::from_fd(classic, fd, acl, config).and_then(|session| {
             let rings = match published.get() {
-                Some(h) => start(&session, h.clone(), opts.max_write, &status)?,
+                Some(h) => start(
+                    &session,
+                    h.clone(),
+                    opts.max_write,
+                    opts.ring_wakeups,
+                    &status,
+                )?,
                 None => None,
             };
             Ok((session, rings))

@@ -16,6 +16,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 
 use super::abi::{self, Fields, InHeader};
 use super::dispatch::dispatch;
+use super::wakeups::{IdleWaits, WakePlacement};
 use super::TransportStatus;
 use crate::handler::Handler;
 use crate::reply::{Outcome, Slot};
@@ -121,9 +122,11 @@ pub(crate) fn serve<H: Handler>(
     h: Arc<H>,
     payload_size: usize,
     status: Arc<TransportStatus>,
+    placement: Arc<WakePlacement>,
     registered: Sender<io::Result<()>>,
 ) {
     pin(usize::from(qid));
+    let waits = IdleWaits::new(placement);
     let fd = dev.as_raw_fd();
     // Declared before the ring, so the ring (and with it every command) goes first.
     let mut ents: Vec<Ent> = (0..DEPTH).map(|_| Ent::new(payload_size)).collect();
@@ -173,7 +176,8 @@ pub(crate) fn serve<H: Handler>(
                 }
                 continue;
             }
-            let commit_id = serve_one(&*h, ent, &mut scratch);
+            let (commit_id, pid) = serve_one(&*h, ent, &mut scratch);
+            waits.note(pid, qid);
             status.ring_requests.fetch_add(1, Ordering::Relaxed);
             let sqe = command(
                 fd,
@@ -192,7 +196,12 @@ pub(crate) fn serve<H: Handler>(
         if live == 0 {
             return;
         }
-        match ring.submit_and_wait(1) {
+        // Nothing left to serve: the reply just pushed may wake a requester that should stay
+        // on this CPU (wakeups.rs).
+        let idle = waits.before();
+        let waited = ring.submit_and_wait(1);
+        waits.after(idle);
+        match waited {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => {
@@ -217,8 +226,9 @@ fn leak_if_pending(ents: Vec<Ent>, ring: IoUring<Entry128, cqueue::Entry>, ended
     drop(ring);
 }
 
-/// Runs the request in `ent` and writes the reply into it; returns its commit id.
-fn serve_one<H: Handler>(h: &H, ent: &mut Ent, scratch: &mut [u8]) -> u64 {
+/// Runs the request in `ent` and writes the reply into it; returns its commit id and the
+/// requester's pid (0 for the kernel's own requests, or a header that did not parse).
+fn serve_one<H: Handler>(h: &H, ent: &mut Ent, scratch: &mut [u8]) -> (u64, u32) {
     let head = Fields(&ent.head);
     let commit_id = head.u64(abi::ENT_COMMIT_ID).unwrap_or(0);
     let len = head.u32(abi::ENT_PAYLOAD_SZ).unwrap_or(0) as usize;
@@ -226,7 +236,7 @@ fn serve_one<H: Handler>(h: &H, ent: &mut Ent, scratch: &mut [u8]) -> u64 {
     let mut op = [0u8; abi::OP_IN_SIZE];
     op.copy_from_slice(&ent.head[abi::OP_IN_OFF..abi::OP_IN_OFF + abi::OP_IN_SIZE]);
     let Some(req) = InHeader::parse(&ent.head[abi::IN_OUT_OFF..abi::OP_IN_OFF]) else {
-        return commit_id;
+        return (commit_id, 0);
     };
     let mut outcome = Outcome::default();
     let copied_in = len <= COPY_IN_MAX;
@@ -256,7 +266,7 @@ fn serve_one<H: Handler>(h: &H, ent: &mut Ent, scratch: &mut [u8]) -> u64 {
     ent.head[abi::IN_OUT_OFF..abi::IN_OUT_OFF + abi::OUT_HEADER_SIZE].copy_from_slice(&out);
     ent.head[abi::ENT_PAYLOAD_SZ..abi::ENT_PAYLOAD_SZ + 4]
         .copy_from_slice(&(outcome.len as u32).to_le_bytes());
-    commit_id
+    (commit_id, req.pid)
 }
 
 fn slot<'a>(buf: &'a mut [u8], outcome: &'a mut Outcome) -> Slot<'a> {
