@@ -1039,3 +1039,86 @@ fn compression_option_switches_the_codec_of_an_image() {
         "{out:?}"
     );
 }
+
+/// Busy loops pinned one to each CPU, killed when dropped.
+struct CpuHogs(Vec<std::process::Child>);
+
+impl CpuHogs {
+    fn start() -> CpuHogs {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CpuHogs(
+            (0..cpus)
+                .map(|c| {
+                    Command::new("taskset")
+                        .args(["-c", &c.to_string(), "sh", "-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("taskset (util-linux)")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A ring thread waits for requests at SCHED_IDLE (`ring_wakeups=always` here; `auto` does
+/// only while a requester ping-pongs between CPUs), where any busy task on its CPU can keep
+/// it from running: the guard must notice the stall, report it in `fernfs stat` and go back
+/// to normal waits, so the mount stays responsive beside busy loops on every CPU. Without the
+/// guard each request waited for the busy loop's time slice (about 9 ms here).
+#[test]
+fn a_ring_thread_kept_from_its_cpu_stops_waiting_at_idle_policy() {
+    let Some(param) = UringParam::take() else {
+        return;
+    };
+    param.set(true);
+    let s = Scratch::new();
+    let img = s.dir.path().join("t.img");
+    let (i, m) = (img.as_os_str(), s.mnt.as_os_str());
+    ok(&["mkfs".as_ref(), i]);
+    ok(&[
+        "mount".as_ref(),
+        i,
+        m,
+        "-o".as_ref(),
+        "ring_wakeups=always".as_ref(),
+    ]);
+    let f = s.mnt.join("f");
+    fs::write(&f, b"x").unwrap();
+    let before = String::from_utf8_lossy(&ok(&["stat".as_ref(), m]).stdout).into_owned();
+    assert!(
+        before.contains("FUSE transport:     uring")
+            && before.contains("ring wake-ups:      always (0 stalls"),
+        "{before}"
+    );
+    let hogs = CpuHogs::start();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    for n in 0..2000u32 {
+        let mut p = fs::metadata(&f).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o600 | (n & 1) << 2);
+        fs::set_permissions(&f, p).unwrap();
+    }
+    let took = started.elapsed();
+    drop(hogs);
+    let after = String::from_utf8_lossy(&ok(&["stat".as_ref(), m]).stdout).into_owned();
+    ok(&["umount".as_ref(), m]);
+    let stalls: u64 = after
+        .split("ring wake-ups:      always (")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no wake-up line: {after}"));
+    assert!(stalls >= 1, "the guard saw no stall: {after}");
+    assert!(
+        took < Duration::from_secs(30),
+        "2000 chmods beside busy loops took {took:?}"
+    );
+}

@@ -271,6 +271,17 @@ fn print_transport(engine: &Value) {
             t.get("ring_requests").and_then(Value::as_u64).unwrap_or(0),
             note.map(|n| format!("; {n}")).unwrap_or_default()
         );
+        if let Some(w) = t.get("ring_wakeups").and_then(Value::as_object) {
+            println!(
+                "ring wake-ups:      {}{} ({} stalls turned them off)",
+                w.get("mode").and_then(Value::as_str).unwrap_or("?"),
+                match w.get("usable").and_then(Value::as_bool) {
+                    Some(false) => ", not usable by this process",
+                    _ => "",
+                },
+                w.get("stalls").and_then(Value::as_u64).unwrap_or(0),
+            );
+        }
     }
 }
 
