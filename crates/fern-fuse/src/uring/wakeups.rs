@@ -12,14 +12,16 @@
 //! the `SCHED_IDLE` policy, so the CPU it runs on counts as idle when the reply wakes the
 //! requester, which then stays there; the thread takes `SCHED_OTHER` back as soon as it has
 //! a request. `SCHED_IDLE` loses to every other runnable task, so this is only safe on a CPU
-//! nobody else wants: a ring thread that was kept waiting on the run queue through a long
-//! wait (its own `/proc/thread-self/schedstat` run delay) trips a guard that turns the idle
-//! waits off for a back-off that doubles while it keeps tripping. `auto` (the default) turns
+//! nobody else wants: a ring thread that spent more than half the time since it last looked
+//! runnable but not running (its own `/proc/thread-self/schedstat` run delay, read at most
+//! every 2 ms) trips a guard that turns the idle waits off for a back-off that doubles while
+//! it keeps tripping. `auto` (the default) turns
 //! them on only for a second at a time, after a window of requests in which one requester's
 //! consecutive requests came from different CPUs — the ping-pong itself; a pinned workload
 //! never pays the two policy changes per wait. Owns the detection, the guard and the policy
 //! calls; never serves requests.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -71,10 +73,8 @@ const WINDOW: u64 = 64;
 const MIGRATIONS_ON: u64 = WINDOW / 8;
 /// How long they stay on before the next window decides again.
 const ON_FOR: Duration = Duration::from_secs(1);
-/// A wait longer than this is looked at for a stall.
-const LONG_WAIT: Duration = Duration::from_millis(2);
-/// Run-queue delay within one wait that trips the guard.
-const STALL: Duration = Duration::from_millis(1);
+/// How often, at most, a ring thread that waits at the idle policy reads its run delay.
+const CHECK_EVERY: Duration = Duration::from_millis(2);
 /// First back-off after a trip, and the longest.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(64);
@@ -222,19 +222,22 @@ impl WakePlacement {
 pub(crate) struct IdleWaits {
     placement: Arc<WakePlacement>,
     delay: Option<RunDelay>,
+    /// When the run delay was last read, and what it was.
+    checked: Cell<Option<(Instant, u64)>>,
 }
 
-/// What [`IdleWaits::before`] saw, for [`IdleWaits::after`].
-pub(crate) struct Wait {
-    started: Instant,
-    delay_before: u64,
-}
+/// Proof that [`IdleWaits::before`] switched the thread to `SCHED_IDLE`.
+pub(crate) struct Wait(());
 
 impl IdleWaits {
     /// For the calling ring thread (its schedstat is opened here: `thread-self`).
     pub(crate) fn new(placement: Arc<WakePlacement>) -> IdleWaits {
         let delay = placement.usable.then(RunDelay::open).flatten();
-        IdleWaits { placement, delay }
+        IdleWaits {
+            placement,
+            delay,
+            checked: Cell::new(None),
+        }
     }
 
     /// A request from `pid` arrived on queue `qid`.
@@ -243,37 +246,47 @@ impl IdleWaits {
     }
 
     /// Before a wait with nothing left to serve: switches to `SCHED_IDLE` if the idle waits
-    /// are on, and returns what `after` needs.
+    /// are on.
     pub(crate) fn before(&self) -> Option<Wait> {
-        let delay = self.delay.as_ref()?;
-        if !self.placement.idle_wait_now() {
+        if self.delay.is_none() || !self.placement.idle_wait_now() {
             return None;
         }
-        let delay_before = delay.read()?;
-        set_policy(libc::SCHED_IDLE).ok()?;
-        Some(Wait {
-            started: Instant::now(),
-            delay_before,
-        })
+        set_policy(libc::SCHED_IDLE).ok().map(|()| Wait(()))
     }
 
-    /// After the wait: back to `SCHED_OTHER` (before serving anything), and the guard.
+    /// After the wait: back to `SCHED_OTHER` (before serving anything), then the guard — at
+    /// most every [`CHECK_EVERY`], the share of the time since the last look that this thread
+    /// spent runnable but not running.
     pub(crate) fn after(&self, w: Option<Wait>) {
-        let Some(w) = w else { return };
+        if w.is_none() {
+            return;
+        }
         if let Err(e) = set_policy(libc::SCHED_OTHER) {
             // The probe said it would work; if it does not, the thread must not stay idle.
             log::error!("ring wake-ups: cannot leave SCHED_IDLE: {e}");
         }
-        if w.started.elapsed() < LONG_WAIT {
+        let now = Instant::now();
+        let last = self.checked.get();
+        if last.is_some_and(|(at, _)| now.duration_since(at) < CHECK_EVERY) {
             return;
         }
-        let Some(now) = self.delay.as_ref().and_then(RunDelay::read) else {
+        let Some(delay) = self.delay.as_ref().and_then(RunDelay::read) else {
             return;
         };
-        if now.saturating_sub(w.delay_before) >= STALL.as_nanos() as u64 {
-            self.placement.stalled_at(self.placement.now());
+        self.checked.set(Some((now, delay)));
+        if let Some((at, before)) = last {
+            if kept_off(delay.saturating_sub(before), now.duration_since(at)) {
+                self.placement.stalled_at(self.placement.now());
+            }
         }
     }
+}
+
+/// Whether a thread that spent `delay` nanoseconds of `wall` runnable but not running was
+/// kept from its CPU: more than half the time. Serving one requester it waits only while the
+/// requester finishes blocking (a few percent); beside a busy task on its CPU, nearly always.
+fn kept_off(delay: u64, wall: Duration) -> bool {
+    u128::from(delay) * 2 > wall.as_nanos()
 }
 
 /// The calling thread's run delay (nanoseconds spent runnable but not running), from
@@ -385,6 +398,16 @@ mod tests {
             a.note_at(42, (i % 2) as u16, WINDOW + 2 + i);
         }
         assert!(!a.idle_wait_at(2 * WINDOW + 2));
+    }
+
+    #[test]
+    fn a_thread_is_kept_off_when_it_waited_on_the_run_queue_most_of_the_time() {
+        let ms = Duration::from_millis(1);
+        assert!(!kept_off(100_000, 2 * ms)); // 5 %: a requester finishing its block
+        assert!(!kept_off(MS, 2 * ms)); // exactly half
+        assert!(kept_off(MS + 1, 2 * ms));
+        assert!(kept_off(9 * MS, 10 * ms)); // beside a busy loop
+        assert!(!kept_off(0, 60_000 * ms)); // an idle mount: asleep, not waiting
     }
 
     #[test]
