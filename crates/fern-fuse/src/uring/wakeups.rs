@@ -76,7 +76,7 @@ const ON_FOR: Duration = Duration::from_secs(1);
 /// How often, at most, a ring thread that waits at the idle policy reads its run delay.
 const CHECK_EVERY: Duration = Duration::from_millis(2);
 /// First back-off after a trip, and the longest.
-const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(64);
 
 /// The shared state of one mount's rings (module docs).
@@ -378,14 +378,16 @@ mod tests {
         let p = WakePlacement::with(WakeMode::Always, true);
         assert!(p.idle_wait_at(0));
         p.stalled_at(10 * MS);
-        assert!(!p.idle_wait_at(10 * MS + 999 * MS));
-        assert!(p.idle_wait_at(10 * MS + 1000 * MS));
-        p.stalled_at(1100 * MS); // soon after: 2 s
-        assert!(!p.idle_wait_at(1100 * MS + 1999 * MS));
-        assert!(p.idle_wait_at(1100 * MS + 2000 * MS));
-        p.stalled_at(100_000 * MS); // long after: back to 1 s
-        assert!(p.idle_wait_at(101_000 * MS));
-        assert_eq!(p.trips(), 3);
+        assert!(!p.idle_wait_at(10 * MS + 99 * MS));
+        assert!(p.idle_wait_at(10 * MS + 100 * MS));
+        p.stalled_at(150 * MS); // soon after: 200 ms
+        assert!(!p.idle_wait_at(150 * MS + 199 * MS));
+        assert!(p.idle_wait_at(150 * MS + 200 * MS));
+        p.stalled_at(400 * MS); // again: 400 ms
+        assert!(!p.idle_wait_at(400 * MS + 399 * MS));
+        p.stalled_at(100_000 * MS); // long after: back to 100 ms
+        assert!(p.idle_wait_at(100_100 * MS));
+        assert_eq!(p.trips(), 4);
         // In auto mode a stall also ends the current period and holds detection off.
         let a = WakePlacement::with(WakeMode::Auto, true);
         for i in 0..WINDOW {
