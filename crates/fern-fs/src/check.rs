@@ -155,6 +155,25 @@ pub fn check(kv: &dyn KvStore) -> FsResult<Report> {
     Ok(analyze(&scan))
 }
 
+/// Whole checks [`check_shared`] runs before it gives up on conflicts.
+const SHARED_CHECK_ATTEMPTS: u32 = 5;
+
+/// [`check`] of a store other processes may write while it reads (etcd: a lease expiring, a
+/// compaction under a long scan, a mount elsewhere): a read that conflicts
+/// ([`KvError::Conflict`](fern_kv::KvError::Conflict)) only says the store moved under the
+/// check, so the whole check starts over, up to five times, instead of failing.
+pub fn check_shared(kv: &dyn KvStore) -> FsResult<Report> {
+    let mut attempt = 1;
+    loop {
+        match check(kv) {
+            Err(FsError::Kv(fern_kv::KvError::Conflict)) if attempt < SHARED_CHECK_ATTEMPTS => {
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Checks and repairs what can be repaired safely, then checks again. Every fix is written
 /// with a synced batch per round, so an interrupted repair leaves a store a later repair can
 /// continue from.

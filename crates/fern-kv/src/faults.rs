@@ -1,6 +1,8 @@
 //! Fault injection for tests: a store whose writes fail on demand, as when a device fills up
-//! or a cluster becomes unreachable, so a caller's handling of a refused write can be tested
-//! against the real store underneath. It owns only that switch; reads always go through.
+//! or a cluster becomes unreachable, and whose next scans fail a given number of times, as
+//! when a concurrent commit or a compaction invalidates a read, so a caller's handling of a
+//! refused write or read can be tested against the real store underneath. It owns only those
+//! switches; everything else goes through.
 
 use parking_lot::Mutex;
 
@@ -14,8 +16,13 @@ use crate::WriteBatch;
 /// is set ([`FailingWrites::fail_with`]).
 pub struct FailingWrites {
     inner: Box<dyn KvStore>,
-    failure: Mutex<Option<fn() -> KvError>>,
+    failure: Mutex<Option<Failure>>,
+    /// Scans still to fail, and with what.
+    failing_scans: Mutex<(u32, Option<Failure>)>,
 }
+
+/// Makes the error an injected failure returns.
+type Failure = fn() -> KvError;
 
 impl FailingWrites {
     /// Writes go through until a failure is set.
@@ -23,12 +30,19 @@ impl FailingWrites {
         Self {
             inner,
             failure: Mutex::new(None),
+            failing_scans: Mutex::new((0, None)),
         }
+    }
+
+    /// The next `count` scans (`KvRead::scan` of the store itself) fail with what `failure`
+    /// makes; later ones go through.
+    pub fn fail_scans(&self, count: u32, failure: Failure) {
+        *self.failing_scans.lock() = (count, Some(failure));
     }
 
     /// From now on every `write` fails with what `failure` makes (`None`: writes go through
     /// again).
-    pub fn fail_with(&self, failure: Option<fn() -> KvError>) {
+    pub fn fail_with(&self, failure: Option<Failure>) {
         *self.failure.lock() = failure;
     }
 }
@@ -45,6 +59,13 @@ impl KvRead for FailingWrites {
         dir: Direction,
         limit: usize,
     ) -> KvResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        {
+            let mut f = self.failing_scans.lock();
+            if let (n @ 1.., Some(fail)) = *f {
+                f.0 = n - 1;
+                return Err(fail());
+            }
+        }
         self.inner.scan(tree, range, dir, limit)
     }
 

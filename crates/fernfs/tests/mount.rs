@@ -1072,7 +1072,8 @@ impl Drop for CpuHogs {
 /// only while a requester ping-pongs between CPUs), where any busy task on its CPU can keep
 /// it from running: the guard must notice the stall, report it in `fernfs stat` and go back
 /// to normal waits, so the mount stays responsive beside busy loops on every CPU. Without the
-/// guard each request waited for the busy loop's time slice (about 9 ms here).
+/// guard each request waited for the busy loop's time slice (about 9 ms here, 47 s in all)
+/// and no stall was ever counted.
 #[test]
 fn a_ring_thread_kept_from_its_cpu_stops_waiting_at_idle_policy() {
     let Some(param) = UringParam::take() else {
@@ -1093,9 +1094,11 @@ fn a_ring_thread_kept_from_its_cpu_stops_waiting_at_idle_policy() {
     let f = s.mnt.join("f");
     fs::write(&f, b"x").unwrap();
     let before = String::from_utf8_lossy(&ok(&["stat".as_ref(), m]).stdout).into_owned();
+    // Other tests running beside this one may already have kept a ring thread from its CPU
+    // (a stall then is right too), so only the transport and the mode are checked here.
     assert!(
         before.contains("FUSE transport:     uring")
-            && before.contains("ring wake-ups:      always (0 stalls"),
+            && before.contains("ring wake-ups:      always ("),
         "{before}"
     );
     let hogs = CpuHogs::start();

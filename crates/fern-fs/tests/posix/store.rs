@@ -110,6 +110,31 @@ fn device_full() -> fern_kv::KvError {
     ))
 }
 
+/// A check of a store that moved under it (etcd: a commit elsewhere, a compaction under a long
+/// scan) starts over instead of failing: CI once saw `fernfs fsck etcd://…` fail with
+/// "transaction conflict" right after a test's leader kills.
+#[test]
+fn a_shared_check_starts_over_when_a_read_conflicts() {
+    let store = fern_kv::faults::FailingWrites::new(crate::open_store(
+        fern_fs::registry(),
+        fern_kv::Limits::EMBEDDED,
+    ));
+    fern_fs::Fs::mkfs(&store, fern_fs::MkfsOptions::default()).expect("mkfs");
+    store.fail_scans(2, || fern_kv::KvError::Conflict);
+    assert!(matches!(
+        fern_fs::check::check(&store),
+        Err(FsError::Kv(fern_kv::KvError::Conflict))
+    ));
+    assert!(fern_fs::check::check_shared(&store)
+        .expect("fsck")
+        .is_clean());
+    store.fail_scans(100, || fern_kv::KvError::Conflict);
+    assert!(
+        fern_fs::check::check_shared(&store).is_err(),
+        "a store that never stops moving is an error, not a loop"
+    );
+}
+
 #[test]
 fn storage_full_is_enospc() {
     let store = std::sync::Arc::new(fern_kv::faults::FailingWrites::new(crate::open_store(

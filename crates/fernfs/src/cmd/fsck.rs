@@ -127,7 +127,7 @@ fn fsck_etcd(url: &str, args: &FsckArgs) -> Result<u8, CmdError> {
     // Through the write-back wrapper (never taking): a mount holding the delegation flushes
     // before anything is checked.
     let kv = super::etcd::open_shared(url, fern_kv::TakePolicy::Never)?;
-    let r = check::check(&*kv).map_err(|e| CmdError::new(format!("{url}: {e}")))?;
+    let r = check::check_shared(&*kv).map_err(|e| CmdError::new(format!("{url}: {e}")))?;
     summary(url, &r, args.verbose);
     Ok(if r.is_clean() { OK } else { UNCORRECTED })
 }
