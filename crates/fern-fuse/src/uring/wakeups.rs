@@ -179,8 +179,8 @@ impl WakePlacement {
         }
     }
 
-    /// A ring thread was kept off its CPU for `delay` during one idle wait (a stall): the
-    /// idle waits go off for a back-off that doubles while stalls keep coming.
+    /// A ring thread was kept off its CPU (a stall, as `kept_off` judges): the idle waits go
+    /// off for a back-off that doubles while stalls keep coming.
     fn stalled_at(&self, now: u64) {
         let last = self.last_trip.swap(now, Ordering::Relaxed);
         let prev = self.backoff_ns.load(Ordering::Relaxed);
