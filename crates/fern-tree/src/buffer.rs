@@ -13,7 +13,7 @@ use crate::msg::{coalesce, Coalesced, Kind, MsgRef, Op, UpsertRegistry, DEAD};
 use crate::varint::{get_varint_trusted, Reader};
 
 /// Pending messages for one child.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct MsgBuffer {
     data: Vec<u8>,
     sorted: Vec<u32>,
@@ -62,9 +62,60 @@ const HEADS_MIN: usize = 64;
 /// A buffer compacts its packed bytes once this many bytes, and half of them, are dead.
 const COMPACT_DEAD_BYTES: usize = 16 << 10;
 
+/// A copy to change: a detached flush's copy of a cached node, a writer's copy of a node a
+/// checkpoint still writes. It keeps the original's room for the packed bytes, so the
+/// messages it takes next do not first move the whole buffer to a larger allocation (with
+/// exact copies, flights moved each child buffer they filled once more: ~1× the flushed
+/// bytes, and fresh pages faulted in). Only the bytes held are copied; the room is untouched
+/// address space until used. [`MsgBuffer::freeze`]'s copy, which only gives messages away,
+/// is exact.
+impl Clone for MsgBuffer {
+    fn clone(&self) -> Self {
+        let mut data = Vec::with_capacity(self.data.capacity());
+        data.extend_from_slice(&self.data);
+        MsgBuffer {
+            data,
+            ..self.clone_exact_index()
+        }
+    }
+}
+
 impl MsgBuffer {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// Everything but the packed bytes, copied (`data` left empty).
+    fn clone_exact_index(&self) -> Self {
+        MsgBuffer {
+            data: Vec::new(),
+            sorted: self.sorted.clone(),
+            ranges: self.ranges.clone(),
+            pending: self.pending.clone(),
+            dead: self.dead,
+            frozen: self.frozen,
+            heads: self.heads.clone(),
+            upsert_run_grew: self.upsert_run_grew,
+            fingers: self.fingers,
+            finger_next: self.finger_next,
+        }
+    }
+
+    /// Takes over the allocations of `used` (a buffer whose messages were just flushed) if
+    /// this buffer is empty and has less room: what it receives next fills them instead of
+    /// regrowing from nothing, if that room is at most `at_most` bytes (flush.rs `Room`).
+    pub(crate) fn reuse_room(&mut self, mut used: MsgBuffer, at_most: usize) {
+        let room = used.data.capacity();
+        if room <= at_most
+            && self.data.is_empty()
+            && self.data.capacity() < room
+            && self.count() == 0
+        {
+            used.data.clear();
+            used.sorted.clear();
+            self.data = used.data;
+            self.sorted = used.sorted;
+        }
     }
 
     /// An empty buffer with room for `count` messages of `bytes` packed bytes in all (a batch
@@ -480,9 +531,11 @@ impl MsgBuffer {
     pub(crate) fn freeze(&mut self) -> MsgBuffer {
         debug_assert!(self.is_sealed() && self.frozen == 0);
         self.frozen = self.data.len();
-        let mut copy = self.clone();
-        copy.frozen = 0;
-        copy
+        MsgBuffer {
+            data: self.data.clone(),
+            frozen: 0,
+            ..self.clone_exact_index()
+        }
     }
 
     /// Ends a detached flush that was discarded: the frozen messages stay, as ordinary ones.
@@ -1326,5 +1379,71 @@ mod tests {
                 prop_assert_eq!(in_hint, sorted);
             }
         }
+    }
+
+    fn filled(n: u64) -> MsgBuffer {
+        let mut b = MsgBuffer::new();
+        for i in 0..n {
+            let op = Op::Insert {
+                key: i.to_be_bytes().to_vec(),
+                value: vec![7; 100],
+            };
+            b.push(&op, Msn(i + 1));
+        }
+        b.seal();
+        b
+    }
+
+    #[test]
+    fn a_copy_to_change_keeps_the_room_and_a_frozen_copy_is_exact() {
+        let mut b = filled(300);
+        b.data.reserve(b.data.len() * 3);
+        let room = b.data.capacity();
+        let copy = b.clone();
+        assert_eq!(copy.data, b.data);
+        assert_eq!(copy.sorted, b.sorted);
+        assert_eq!(
+            copy.data.capacity(),
+            room,
+            "a writer's copy keeps the room to grow"
+        );
+        let frozen = b.freeze();
+        assert_eq!(frozen.data, b.data);
+        assert_eq!(
+            frozen.data.capacity(),
+            frozen.data.len(),
+            "the flush's copy is exact"
+        );
+        assert_eq!(frozen.frozen, 0);
+        assert!(b.is_frozen());
+    }
+
+    #[test]
+    fn an_emptied_buffer_takes_over_the_flushed_ones_room_within_its_bound() {
+        let used = filled(300);
+        let room = used.data.capacity();
+        assert!(room >= 300 * 100);
+
+        let mut slot = MsgBuffer::new();
+        slot.reuse_room(filled(300), room - 1);
+        assert_eq!(
+            slot.data.capacity(),
+            0,
+            "over the bound: the room goes with the messages"
+        );
+
+        slot.reuse_room(used, room);
+        assert_eq!(slot.data.capacity(), room);
+        assert!(slot.is_empty() && slot.count() == 0 && slot.is_sealed());
+        // The kept room takes messages as a new buffer would, without growing.
+        slot.push(&Op::Delete { key: b"k".to_vec() }, Msn(1000));
+        slot.seal();
+        assert_eq!(slot.data.capacity(), room);
+        assert_eq!(slot.count(), 1);
+
+        // A slot that already received messages keeps what it has.
+        let before = slot.data.clone();
+        slot.reuse_room(filled(600), usize::MAX);
+        assert_eq!(slot.data, before);
     }
 }

@@ -47,7 +47,7 @@ pub(crate) fn write(
     if !node.is_leaf() {
         cool_hot_keys(ctx, &mut node, msgs)?;
         let factor = if deferred { DEFERRED_ROOT_FACTOR } else { 1 };
-        flush_over(ctx, &mut node, ctx.shape.node_bytes * factor)?;
+        flush_over(ctx, &mut node, ctx.shape.node_bytes * factor, Room::Keep)?;
     }
     let over = !node.is_leaf() && node.payload_bytes() > ctx.shape.node_bytes;
     let jammed = ctx.busy.is_some()
@@ -64,7 +64,7 @@ pub(crate) fn flush_step(ctx: &Ctx<'_>, root: NodeId) -> Result<(NodeId, bool)> 
         ctx.put_unchanged(node);
         return Ok((root, false));
     }
-    flush_fullest(ctx, &mut node)?;
+    flush_fullest(ctx, &mut node, Room::Keep)?;
     let over = !node.is_leaf() && node.payload_bytes() > ctx.shape.node_bytes;
     Ok((finish_root(ctx, node)?, over))
 }
@@ -162,13 +162,28 @@ fn hot_key_messages(shape: &Shape) -> usize {
 
 /// Flushes the fullest child buffer until the node's buffered bytes fit the node size.
 pub(super) fn flush_if_needed(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
-    flush_over(ctx, node, ctx.shape.node_bytes)
+    flush_over(ctx, node, ctx.shape.node_bytes, Room::Share)
+}
+
+/// What a flush does with the allocation of the buffer it empties.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// The emptied buffer keeps it: a root's buffers refill one write at a time, and growing
+    /// from nothing again moved every byte once more (each doubling copies the buffer to a
+    /// new allocation and faults its pages in: a fifth of a FUSE write's time in postmark).
+    /// Only roots: one node per tree, hot anyway, so the memory kept is bounded and used.
+    Keep,
+    /// Below the root: the emptied buffer keeps it up to twice its share of the node size
+    /// (`node_bytes` over the children), so a node's kept room is bounded by its size.
+    Share,
+    /// It goes with the messages (flushes that empty a whole subtree or one path).
+    Free,
 }
 
 /// Flushes the fullest child buffer until the node's buffered bytes fit `limit`.
-fn flush_over(ctx: &Ctx<'_>, node: &mut Node, limit: usize) -> Result<()> {
+fn flush_over(ctx: &Ctx<'_>, node: &mut Node, limit: usize, room: Room) -> Result<()> {
     while node.payload_bytes() > limit && !node.is_leaf() {
-        if !flush_fullest(ctx, node)? {
+        if !flush_fullest(ctx, node, room)? {
             break;
         }
     }
@@ -177,7 +192,7 @@ fn flush_over(ctx: &Ctx<'_>, node: &mut Node, limit: usize) -> Result<()> {
 
 /// Flushes the child buffer of an internal node that holds the most bytes.
 /// Never the child a detached flush is filling (DF2); returns whether it flushed one.
-fn flush_fullest(ctx: &Ctx<'_>, node: &mut Node) -> Result<bool> {
+fn flush_fullest(ctx: &Ctx<'_>, node: &mut Node, room: Room) -> Result<bool> {
     let Body::Internal { bufs, children, .. } = &mut node.body else {
         return Ok(false);
     };
@@ -190,7 +205,7 @@ fn flush_fullest(ctx: &Ctx<'_>, node: &mut Node) -> Result<bool> {
     else {
         return Ok(false);
     };
-    flush_child(ctx, node, i, Below::IfNeeded)?;
+    flush_child(ctx, node, i, Below::IfNeeded, room)?;
     Ok(true)
 }
 
@@ -206,7 +221,7 @@ fn flush_key_path(ctx: &Ctx<'_>, node: &mut Node, key: &[u8]) -> Result<()> {
     if ctx.busy == Some(children[i]) {
         return Ok(()); // a detached flush is filling it (DF2); its reads stay bounded
     }
-    flush_child(ctx, node, i, Below::Path(key))?;
+    flush_child(ctx, node, i, Below::Path(key), Room::Free)?;
     Ok(())
 }
 
@@ -245,7 +260,7 @@ fn flush_all(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
         let Some(i) = next else {
             return Ok(());
         };
-        let (pieces, merged) = flush_child(ctx, node, i, Below::All)?;
+        let (pieces, merged) = flush_child(ctx, node, i, Below::All, Room::Free)?;
         done.extend(pieces);
         if let Some(m) = merged {
             done.remove(&m);
@@ -327,7 +342,7 @@ fn reclaim_in(ctx: &Ctx<'_>, node: &mut Node) -> Result<()> {
         None => None,
     };
     if let Some(i) = pick {
-        flush_child(ctx, node, i, Below::Reclaim)?;
+        flush_child(ctx, node, i, Below::Reclaim, Room::Free)?;
     }
     Ok(())
 }
@@ -345,6 +360,7 @@ fn flush_child(
     node: &mut Node,
     i: usize,
     below: Below<'_>,
+    room: Room,
 ) -> Result<(Vec<NodeId>, Option<NodeId>)> {
     let parent_of_leaves = node.height == 1;
     let Body::Internal {
@@ -373,7 +389,12 @@ fn flush_child(
         ctx.counters.flushed(child.is_leaf(), msgs.bytes());
     }
     push_down(ctx, &mut child, &msgs)?;
-    drop(msgs);
+    let keep = match room {
+        Room::Keep => usize::MAX,
+        Room::Share => 2 * ctx.shape.node_bytes / children.len().max(1),
+        Room::Free => 0,
+    };
+    bufs[i].get_mut().reuse_room(msgs, keep);
     match below {
         Below::All => flush_all(ctx, &mut child)?,
         Below::Path(key) if !child.is_leaf() => {
