@@ -384,48 +384,32 @@ impl Basement {
         out.extend_from_slice(&self.data[start..end]);
     }
 
-    /// Cuts the rows into pieces of at most `limit` packed bytes each (a row larger than that
-    /// is a piece of its own), as even as the rows allow: this basement keeps the first piece
-    /// and the others are returned in key order. Each row moves at most once. (Halving
-    /// instead — split at the middle, keep the left, halve the right again — left basements
-    /// several times the limit after a large flush, and copied the rows of the last one on
-    /// every round: a flush of appended 4 KiB blocks into a leaf copied each byte two to three
-    /// times, 5 % of a small postmark's instructions.)
-    pub(crate) fn split_within(&mut self, limit: usize) -> Vec<Basement> {
-        let total = self.data.len();
-        if total <= limit || self.len() < 2 {
-            return Vec::new();
+    /// Splits off rows `at..` into a new basement.
+    pub(crate) fn split_off(&mut self, at: usize) -> Basement {
+        let mut right = Basement {
+            max_msn: self.max_msn,
+            ..Basement::default()
+        };
+        if at >= self.len() {
+            return right;
         }
-        // The fewest pieces that can fit, and the size each aims at.
-        let target = total.div_ceil(total.div_ceil(limit.max(1)));
-        let mut cuts = Vec::new(); // rows that start a new piece
-        let mut start = 0usize; // bytes where the current piece starts
-        for i in 1..self.len() {
-            let at = self.offs[i] as usize;
-            let end = self.offs.get(i + 1).map_or(total, |&o| o as usize);
-            if at - start >= target || end - start > limit {
-                cuts.push(i);
-                start = at;
-            }
-        }
-        let mut pieces = Vec::with_capacity(cuts.len());
-        for (k, &from) in cuts.iter().enumerate() {
-            let to = cuts.get(k + 1).copied().unwrap_or(self.len());
-            let lo = self.offs[from] as usize;
-            let hi = self.offs.get(to).map_or(total, |&o| o as usize);
-            pieces.push(Basement {
-                data: self.data[lo..hi].to_vec(),
-                offs: self.offs[from..to].iter().map(|&o| o - lo as u32).collect(),
-                max_msn: self.max_msn,
-            });
-        }
-        if let Some(&first) = cuts.first() {
-            self.data.truncate(self.offs[first] as usize);
-            self.offs.truncate(first);
-            self.data.shrink_to_fit();
-            self.offs.shrink_to_fit();
-        }
-        pieces
+        let cut = self.offs[at] as usize;
+        right.data = self.data[cut..].to_vec();
+        right.offs = self.offs[at..].iter().map(|&o| o - cut as u32).collect();
+        self.data.truncate(cut);
+        self.offs.truncate(at);
+        self.data.shrink_to_fit();
+        self.offs.shrink_to_fit();
+        right
+    }
+
+    /// Index at which to split so that the left part holds about half the bytes.
+    pub(crate) fn middle(&self) -> usize {
+        let half = (self.data.len() / 2) as u32;
+        // Both halves keep at least one row, even when one row holds most of the bytes.
+        self.offs
+            .partition_point(|&o| o < half)
+            .clamp(1, self.len().saturating_sub(1).max(1))
     }
 
     /// Serializes as partition bytes: `max_msn u64 | count u32 | rows`.
@@ -566,38 +550,6 @@ mod tests {
             prop_assert_eq!(rows_of(&a), rows_of(&b));
             prop_assert_eq!(a.max_msn, b.max_msn);
             prop_assert_eq!(&a.data, &b.data);
-        }
-    }
-
-    proptest! {
-        /// Splitting keeps every row in order, leaves no piece over the limit unless it is a
-        /// single row, and leaves no piece empty.
-        #[test]
-        fn split_within_keeps_rows_and_bounds(
-            rows in prop::collection::btree_map(
-                prop::collection::vec(any::<u8>(), 1..12),
-                prop::collection::vec(any::<u8>(), 0..300),
-                0..80,
-            ),
-            limit in 1usize..2000,
-        ) {
-            let mut b = basement(&rows, 9);
-            let before = rows_of(&b);
-            let rest = b.split_within(limit);
-            let mut all = rows_of(&b);
-            for p in &rest {
-                all.extend(rows_of(p));
-            }
-            prop_assert_eq!(&all, &before);
-            for p in std::iter::once(&b).chain(rest.iter()) {
-                prop_assert!(p.bytes() <= limit || p.len() == 1, "{} bytes, {} rows", p.bytes(), p.len());
-                prop_assert!(!p.is_empty() || rest.is_empty());
-                prop_assert_eq!(p.max_msn, Msn(9));
-            }
-            // Two neighbouring pieces together are over the limit (or it would not have cut),
-            // so there are at most about twice the fewest possible.
-            let total: usize = before.iter().map(|(k, v)| row_len(k, v)).sum();
-            prop_assert!(rest.len() < 2 * total.div_ceil(limit) + 1);
         }
     }
 }

@@ -196,14 +196,25 @@ pub(super) fn normalize_basements(
             continue;
         }
         let mut b = Arc::unwrap_or_clone(shared);
-        let rest = b.split_within(limit);
-        if !new_parts.is_empty() {
-            new_pivots.push(lower.take().unwrap_or_else(|| b.key(0).to_vec()));
-        }
-        new_parts.push(Part::loaded(Arc::new(b)));
-        for piece in rest {
-            new_pivots.push(piece.key(0).to_vec());
-            new_parts.push(Part::loaded(Arc::new(piece)));
+        loop {
+            let right = if b.bytes() > limit && b.len() > 1 {
+                let at = b.middle();
+                Some(b.split_off(at))
+            } else {
+                None
+            };
+            if !new_parts.is_empty() {
+                new_pivots.push(lower.take().unwrap_or_else(|| b.key(0).to_vec()));
+            }
+            let next_lower = right.as_ref().map(|r| r.key(0).to_vec());
+            new_parts.push(Part::loaded(Arc::new(b)));
+            match right {
+                Some(r) => {
+                    b = r;
+                    lower = next_lower;
+                }
+                None => break,
+            }
         }
     }
     if new_parts.is_empty() {
