@@ -11,8 +11,8 @@
 //! short enough that a second of churn never piles up — and the governor returns them at once
 //! near the budget: a thread samples the process's anonymous resident memory (every
 //! [`SAMPLE_EVERY`] near the threshold, less often the farther it is: [`sample_after`]); above
-//! [`TIGHT_FROM`] of the budget it purges the allocator and sets decay 0, and below
-//! [`LOOSE_BELOW`] it restores [`budgeted_decay_ms`]. The governor alone was not
+//! the tight threshold ([`thresholds`]) it purges the allocator and sets decay 0, and below
+//! the loose one it restores [`budgeted_decay_ms`]. The governor alone was not
 //! enough: on a busy machine its thread waits for a CPU while the engine keeps freeing, and with
 //! 1 s of freed pages kept, E1 inside a 32 MiB limit equal to its budget was OOM-killed at 31.6
 //! MiB of anonymous memory in 4–5 of 10 runs beside other tests (BENCHMARKS.md, "The engines
@@ -45,10 +45,24 @@ pub fn sample_after(anon: u64, tight_from: u64) -> Duration {
     wait.clamp(SAMPLE_EVERY, SAMPLE_AT_MOST)
 }
 
-/// Above this share of the budget (eighths), freed pages go back to the kernel at once.
-pub const TIGHT_FROM: u64 = 6;
-/// Below this share of the budget (eighths), the allocator keeps freed pages again.
-pub const LOOSE_BELOW: u64 = 5;
+/// Where the governor turns tight (freed pages go back to the kernel at once) and where it
+/// turns loose again, for a process whose whole memory is `budget` bytes: tight above the
+/// budget less [`TIGHT_HEADROOM_MIN`] or an eighth of it, whichever is more; loose again an
+/// eighth of the budget below that. At 32 MiB (E1 quick, the measured OOM-prone case) that
+/// is 24 and 20 MiB, as it always was. A large budget's node cache is three quarters of it
+/// (`fern_tree::cache_within_memory`), so a fixed 6/8 made a full cache alone "tight": at
+/// 256 MiB E1 ran with every free returned at once, the madvise, the TLB shootdowns and the
+/// pages faulted back in ~30 % of its CPU (BENCHMARKS.md, "The governor's headroom").
+pub fn thresholds(budget: u64) -> (u64, u64) {
+    let tight_from = budget.saturating_sub((budget / 8).max(TIGHT_HEADROOM_MIN));
+    (tight_from, tight_from.saturating_sub(budget / 8))
+}
+
+/// The least room above the tight threshold: what the process may grow by between two
+/// samples ([`SAMPLE_EVERY`] at [`FASTEST_GROWTH`] is 20 MiB; the cap's page cache and the
+/// governor's own lateness on a busy machine need the rest, measured at 32 MiB).
+const TIGHT_HEADROOM_MIN: u64 = 8 << 20;
+
 /// How long the allocator keeps freed pages in a process with a budget while memory is loose:
 /// 20 ms per 32 MiB of budget, at most the binary's 1 s default (main.rs `JEMALLOC_CONF`).
 /// What it keeps grows with the time and the rate of freeing, and the room for it with the
@@ -69,7 +83,7 @@ pub fn govern(budget: u64) {
         .spawn(move || {
             let loose_decay = budgeted_decay_ms(budget);
             set_decay(loose_decay);
-            let (tight_from, loose_below) = (budget / 8 * TIGHT_FROM, budget / 8 * LOOSE_BELOW);
+            let (tight_from, loose_below) = thresholds(budget);
             let mut tight = false;
             let mut wait = SAMPLE_EVERY;
             loop {
@@ -237,6 +251,21 @@ mod tests {
         if (DEFAULT_BUDGET_MIN * 16..=DEFAULT_BUDGET_MAX * 16).contains(&ram) {
             assert_eq!(b, ram / 16);
         }
+    }
+
+    #[test]
+    fn the_governor_leaves_a_full_cache_loose_and_small_budgets_as_measured() {
+        let mib = 1u64 << 20;
+        // E1 quick inside 32 MiB: the thresholds measured safe there.
+        assert_eq!(thresholds(32 * mib), (24 * mib, 20 * mib));
+        assert_eq!(thresholds(64 * mib), (56 * mib, 48 * mib));
+        // Full size: the node cache alone (3/4 of the budget) is below the tight threshold.
+        let (tight, loose) = thresholds(256 * mib);
+        assert_eq!((tight, loose), (224 * mib, 192 * mib));
+        assert!(fern_tree::cache_within_memory(256 * mib) < tight);
+        assert!(fern_tree::cache_within_memory(1 << 30) < thresholds(1 << 30).0);
+        // Tiny budgets saturate instead of wrapping.
+        assert_eq!(thresholds(4 * mib), (0, 0));
     }
 
     #[test]
