@@ -106,11 +106,8 @@ impl MsgBuffer {
     /// regrowing from nothing, if that room is at most `at_most` bytes (flush.rs `Room`).
     pub(crate) fn reuse_room(&mut self, mut used: MsgBuffer, at_most: usize) {
         let room = used.data.capacity();
-        if room <= at_most
-            && self.data.is_empty()
-            && self.data.capacity() < room
-            && self.count() == 0
-        {
+        // No packed bytes means no message in any index either.
+        if room <= at_most && self.data.is_empty() && self.data.capacity() < room {
             used.data.clear();
             used.sorted.clear();
             self.data = used.data;
