@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// Storage write counters of this process (all its threads), from /proc/self/io.
+/// Storage counters of this process (all its threads), from /proc/self/io.
 ///
 /// `write_bytes` is charged when a page is dirtied (or a direct write issued), to the process
 /// that dirtied it, so the bytes an engine's background threads write are counted, and a final
@@ -22,6 +22,11 @@ pub struct IoCounters {
     /// engine's own write volume, before the page cache absorbs rewrites of dirty pages
     /// (writes through a shared memory map are not counted here).
     pub wchar: u64,
+    /// Bytes this process caused to be read from the storage layer (page-cache misses,
+    /// read-ahead and page faults of a memory map included): what a cold read cost the device.
+    pub read_bytes: u64,
+    /// read(2)-family calls (a memory map's faults are not counted here).
+    pub syscr: u64,
 }
 
 /// Reads /proc/self/io.
@@ -64,6 +69,8 @@ fn io_counters_at(path: &Path) -> io::Result<IoCounters> {
             "write_bytes" => c.write_bytes = v,
             "cancelled_write_bytes" => c.cancelled_write_bytes = v,
             "wchar" => c.wchar = v,
+            "read_bytes" => c.read_bytes = v,
+            "syscr" => c.syscr = v,
             _ => {}
         }
     }

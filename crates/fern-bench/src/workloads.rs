@@ -430,6 +430,7 @@ impl<'a> Task<'a> {
         });
         let mut lat = Vec::with_capacity(count as usize);
         let mut errors = 0u64;
+        let io0 = procinfo::io_counters().ok();
         let start = Instant::now();
         for j in 0..count {
             let i = match &order {
@@ -449,6 +450,16 @@ impl<'a> Task<'a> {
         self.push(Workload::E2, "lookups", rate(count, d), "lookups/s", errors);
         self.push(Workload::E2, "p50", percentile(&lat, 0.50) / 1e3, "us", 0);
         self.push(Workload::E2, "p99", percentile(&lat, 0.99) / 1e3, "us", 0);
+        // What each lookup cost the device and the kernel: a cold read's bytes are the
+        // engine's read granularity (a basement, a block, an SST's data block) times the
+        // levels that missed the cache.
+        if let (Some(io0), Ok(io1)) = (io0, procinfo::io_counters()) {
+            let per = |a: u64, b: u64| b.saturating_sub(a) as f64 / count.max(1) as f64;
+            let bytes = per(io0.read_bytes, io1.read_bytes);
+            self.push(Workload::E2, "read per lookup", bytes / 1024.0, "KiB", 0);
+            let calls = per(io0.syscr, io1.syscr);
+            self.push(Workload::E2, "reads per lookup", calls, "calls", 0);
+        }
         Ok(())
     }
 

@@ -39,6 +39,8 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Dirty nodes written by eviction.
     pub dirty_evictions: u64,
+    /// Leaves that left only their partitions, keeping their headers cached (C3).
+    pub partial_evictions: u64,
 }
 
 /// Most encoding buffers the cache keeps between node writes: one per thread that writes
@@ -95,6 +97,7 @@ pub(crate) struct Cache {
     misses: AtomicU64,
     evictions: AtomicU64,
     dirty_evictions: AtomicU64,
+    partial_evictions: AtomicU64,
     /// One evictor at a time, so a dirty node is never written twice concurrently.
     evicting: Mutex<()>,
     /// Dirty nodes are never evicted (a read-only open, W11: they cannot be written, and
@@ -116,6 +119,7 @@ impl Cache {
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             dirty_evictions: AtomicU64::new(0),
+            partial_evictions: AtomicU64::new(0),
             evicting: Mutex::new(()),
             keep_dirty,
         }
@@ -394,27 +398,51 @@ impl Cache {
             return Ok(()); // someone else is evicting
         };
         let target = self.limit / 10 * 9;
-        // Leaves go first, least recently used first; internal nodes only when no leaf is left
-        // to evict. An internal node's buffers are where the tree batches writes: evicted, the
-        // next flush into it reads and rewrites all of it, and the smaller the buffers the
-        // cache keeps, the fewer bytes each leaf flush moves (a leaf is rewritten whole per
-        // flush). A leaf is rarely hit twice by random writes before it would be evicted, and
-        // a reader's cold lookup costs one basement, not a node (N5). Leaf deltas go with
-        // the leaves: they are read back only by a read of their leaf's range or its merge.
-        let mut victims: Vec<(bool, u64, NodeId)> = {
+        // A pass may leave leaves' headers behind (partial eviction, C3); a second pass then
+        // ranks them as what they have become.
+        for _ in 0..2 {
+            if !self.evict_pass(target, write)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One eviction pass over the nodes nobody holds, least valuable first, down to `target`
+    /// bytes. Returns whether it is still above `target` after shedding some leaves'
+    /// partitions (their headers are then worth ranking again).
+    ///
+    /// The order: partitions of leaves (and leaf deltas), least recently used first; then
+    /// leaves' headers; internal nodes only when no leaf is left. An internal node's buffers
+    /// are where the tree batches writes: evicted, the next flush into it reads and rewrites
+    /// all of it, and the smaller the buffers the cache keeps, the fewer bytes each leaf flush
+    /// moves (a leaf is rewritten whole per flush). A leaf is rarely hit twice by random
+    /// writes before it would be evicted, and a reader's cold lookup costs one basement, not a
+    /// node (N5). A clean leaf unchanged since it was read sheds only its partitions: its
+    /// header (a pivot and a frame position per basement, ~1/200 of its rows) stays, so a
+    /// cold lookup reads one basement rather than the header and then a basement. Leaf deltas
+    /// go with the leaves: they are read back only by a read of their leaf's range or its
+    /// merge.
+    fn evict_pass(&self, target: usize, write: &dyn Fn(&Node) -> Result<()>) -> Result<bool> {
+        let mut victims: Vec<(u8, u64, NodeId)> = {
             let map = self.map.lock();
             map.iter()
                 .filter(|(_, s)| Arc::strong_count(&s.node) == 1)
                 .map(|(id, s)| {
-                    let last_use = s.last_use.load(Ordering::Relaxed);
-                    (!s.node.is_leaf_level(), last_use, *id)
+                    let rank = match (s.node.is_leaf_level(), s.node.has_sheddable_parts()) {
+                        (true, true) => 0,
+                        (true, false) => 1,
+                        (false, _) => 2,
+                    };
+                    (rank, s.last_use.load(Ordering::Relaxed), *id)
                 })
                 .collect()
         };
         victims.sort_unstable();
-        for (_, _, id) in victims {
+        let mut shed = false;
+        for (rank, _, id) in victims {
             if self.used.load(Ordering::Relaxed) <= target {
-                break;
+                return Ok(false);
             }
             let node = {
                 let map = self.map.lock();
@@ -434,16 +462,29 @@ impl Cache {
             }
             drop(node);
             let mut map = self.map.lock();
-            if let Some(s) = map.get(&id) {
-                if Arc::strong_count(&s.node) == 1 && !s.node.is_dirty() {
-                    let s = map.remove(&id).expect("present");
-                    self.used
-                        .fetch_sub(s.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
-                    self.evictions.fetch_add(1, Ordering::Relaxed);
+            let Some(s) = map.get_mut(&id) else { continue };
+            if Arc::strong_count(&s.node) != 1 || s.node.is_dirty() {
+                continue;
+            }
+            if rank == 0 {
+                // No other holder (strong count 1, and no weak one: `get_mut`), so no reader
+                // sees the partitions go.
+                if let Some(n) = Arc::get_mut(&mut s.node) {
+                    let freed = n.unload_parts();
+                    if freed > 0 {
+                        self.used.fetch_sub(freed, Ordering::Relaxed);
+                        self.partial_evictions.fetch_add(1, Ordering::Relaxed);
+                        shed = true;
+                        continue;
+                    }
                 }
             }
+            let s = map.remove(&id).expect("present");
+            self.used
+                .fetch_sub(s.node.mem.load(Ordering::Relaxed), Ordering::Relaxed);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(())
+        Ok(shed && self.used.load(Ordering::Relaxed) > target)
     }
 
     pub(crate) fn stats(&self) -> CacheStats {
@@ -455,6 +496,7 @@ impl Cache {
             misses: self.misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
             dirty_evictions: self.dirty_evictions.load(Ordering::Relaxed),
+            partial_evictions: self.partial_evictions.load(Ordering::Relaxed),
         }
     }
 }

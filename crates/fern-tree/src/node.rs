@@ -142,7 +142,10 @@ pub(crate) struct Node {
     /// 0 for leaves.
     pub height: u16,
     pub body: Body,
-    /// The block this node was read from (None for a node never written).
+    /// The block this node was read from, while it is unchanged since: its partitions' frames
+    /// lie there. None for a node never written, and for one a writer took to change
+    /// (`Ctx::take`: every partition is loaded then, N6, and the frames describe an old block
+    /// that a checkpoint may free and reuse).
     pub block: Option<BlockLoc>,
     /// Changed since it was last written.
     pub dirty: AtomicBool,
@@ -286,6 +289,52 @@ impl Node {
                 bufs.iter().all(|p| p.get().is_some())
             }
         }
+    }
+
+    /// Whether some partition of a leaf or leaf delta is in memory and could be dropped by
+    /// [`unload_parts`](Self::unload_parts) (invariant C3).
+    pub(crate) fn has_sheddable_parts(&self) -> bool {
+        fn loaded<T>(parts: &[Part<T>]) -> bool {
+            parts.iter().any(|p| p.get().is_some() && p.frame.is_some())
+        }
+        self.block.is_some()
+            && !self.is_dirty()
+            && match &self.body {
+                Body::Leaf { parts, .. } => loaded(parts),
+                Body::Delta { parts, .. } => loaded(parts),
+                Body::Internal { .. } => false,
+            }
+    }
+
+    /// Partial eviction (invariant C3): drops the loaded partitions of a clean leaf or leaf
+    /// delta that is unchanged since it was read, keeping its header (pivots and frame
+    /// positions), so the next point read of it is one partition read, not a header read and
+    /// then a partition read. Only a node whose frames still describe `block` may shed
+    /// them: a writer's `take` clears `block` (betree `Ctx::take`), and a node never written
+    /// has none. Returns the bytes freed, as the cache counted them when each was loaded.
+    pub(crate) fn unload_parts(&mut self) -> usize {
+        fn unload<T>(parts: &mut [Part<T>], mem: impl Fn(&T) -> usize) -> usize {
+            let mut freed = 0;
+            for p in parts.iter_mut().filter(|p| p.frame.is_some()) {
+                if let Some(t) = p.cell.take() {
+                    freed += mem(&t);
+                }
+            }
+            freed
+        }
+        if !self.has_sheddable_parts() {
+            return 0;
+        }
+        let freed = match &mut self.body {
+            Body::Leaf { parts, .. } => unload(parts, |b| b.mem()),
+            Body::Delta { parts, .. } => unload(parts, MsgBuffer::mem),
+            Body::Internal { .. } => 0,
+        };
+        self.mem.fetch_sub(
+            freed.min(self.mem.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        freed
     }
 
     /// Bytes of rows (leaf) or of buffered messages (internal).

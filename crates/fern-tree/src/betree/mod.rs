@@ -114,6 +114,9 @@ impl Ctx<'_> {
             }
         };
         node.load_all(self.dev.as_ref())?;
+        // Taken to change: its frames stop describing a block it may be read from again, so
+        // the cache must never drop its partitions (C3) until it is read from disk anew.
+        node.block = None;
         match self.overlay {
             // A flight's copy is memory beside the cached original: counted until the flight
             // puts or frees it (C1; without it E1 peaked ~10 MiB above the cache's count).
