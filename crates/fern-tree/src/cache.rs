@@ -394,9 +394,14 @@ impl Cache {
         if !self.over_limit() {
             return Ok(());
         }
-        let Some(_guard) = self.evicting.try_lock() else {
-            return Ok(()); // someone else is evicting
-        };
+        // Over the bound, wait for whoever holds the eviction lock (another evictor, a
+        // writeback writing one node) and look again: returning at once let a writer go on
+        // adding while a descheduled holder sat on the lock, and on a loaded machine the
+        // accounted bytes ran past the bound by more than the nodes in use (C1).
+        let _guard = self.evicting.lock();
+        if !self.over_limit() {
+            return Ok(());
+        }
         let target = self.limit / 10 * 9;
         // A pass may leave leaves' headers behind (partial eviction, C3); a second pass then
         // ranks them as what they have become.
@@ -556,6 +561,34 @@ mod tests {
         drop(held);
         cache.evict(&no_write).unwrap();
         assert_eq!(cache.used_bytes() as usize, m, "dropped: no longer charged");
+    }
+
+    #[test]
+    fn an_eviction_over_the_bound_waits_for_the_lock_instead_of_giving_up() {
+        let (probe, m) = cache_with_leaf(1);
+        drop(probe);
+        let cache = Cache::new(2 * m, false);
+        for id in 1..=4 {
+            cache.put(Node::new_leaf(NodeId(id)));
+        }
+        assert!(cache.over_limit());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // A writeback writing one node holds the lock for a while.
+                let _one = cache.writeback_lock();
+                held_tx.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            });
+            held_rx.recv().unwrap();
+            cache.evict(&no_write).unwrap();
+            assert!(
+                !cache.over_limit(),
+                "{} bytes cached for a bound of {}: the evictor left while the lock was held",
+                cache.used_bytes(),
+                2 * m
+            );
+        });
     }
 
     #[test]
