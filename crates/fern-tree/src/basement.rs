@@ -419,8 +419,27 @@ impl Basement {
         out.extend_from_slice(&self.data);
     }
 
-    /// Parses partition bytes from disk, checking every length and the key order.
-    pub(crate) fn decode(raw: &[u8], what: &dyn Fn() -> String) -> Result<Basement> {
+    /// Parses partition bytes from disk, checking every length and the key order. An owned
+    /// buffer (a decompressed partition) becomes the rows' bytes without a copy.
+    pub(crate) fn decode(raw: Cow<'_, [u8]>, what: &dyn Fn() -> String) -> Result<Basement> {
+        let (max_msn, offs, base) = Basement::check(&raw, what)?;
+        let data = match raw {
+            Cow::Borrowed(b) => b[base..].to_vec(),
+            Cow::Owned(mut v) => {
+                v.drain(..base);
+                v
+            }
+        };
+        Ok(Basement {
+            data,
+            offs,
+            max_msn,
+        })
+    }
+
+    /// Checks partition bytes: every length and the key order. Returns the basement's
+    /// `max_msn`, its row offsets and where the rows start.
+    fn check(raw: &[u8], what: &dyn Fn() -> String) -> Result<(Msn, Vec<u32>, usize)> {
         let mut r = Reader::new(raw, what);
         let max_msn = Msn(r.u64()?);
         let count = r.u32()? as usize;
@@ -447,11 +466,7 @@ impl Basement {
                 r.remaining()
             )));
         }
-        Ok(Basement {
-            data: raw[base..].to_vec(),
-            offs,
-            max_msn,
-        })
+        Ok((max_msn, offs, base))
     }
 }
 

@@ -17,6 +17,7 @@
 //! | 12     | 4    | crc32c of bytes 0..12 followed by the payload     |
 //! | 16     | n    | payload                                           |
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 
 use crate::error::{Error, Result};
@@ -293,6 +294,15 @@ pub fn frame_len(header: &[u8], what: &dyn Fn() -> String) -> Result<usize> {
 /// are corruption. Never panics; allocates at most the declared uncompressed length (which is
 /// bounded by [`MAX_PARTITION_LEN`]).
 pub fn decode_partition(frame: &[u8], what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+    decode_partition_ref(frame, what).map(Cow::into_owned)
+}
+
+/// [`decode_partition`] without a copy of an uncompressed payload: it is borrowed from
+/// `frame` (a cold read then copies its bytes once, into the partition that keeps them).
+pub(crate) fn decode_partition_ref<'f>(
+    frame: &'f [u8],
+    what: &dyn Fn() -> String,
+) -> Result<Cow<'f, [u8]>> {
     let h = parse_header(frame, what)?;
     let total = FRAME_HEADER_LEN + h.payload_len;
     if frame.len() != total {
@@ -322,19 +332,19 @@ pub fn decode_partition(frame: &[u8], what: &dyn Fn() -> String) -> Result<Vec<u
     }
     let decompress_err = |e: String| Error::corrupt(what(), format!("decompression failed: {e}"));
     let raw = match h.tag {
-        TAG_NONE => payload.to_vec(),
+        TAG_NONE => Cow::Borrowed(payload),
         TAG_LZ4 => {
             let mut raw = vec![0u8; h.raw_len];
             let n = lz4_flex::block::decompress_into(payload, &mut raw)
                 .map_err(|e| decompress_err(e.to_string()))?;
             raw.truncate(n);
-            raw
+            Cow::Owned(raw)
         }
         // `capacity` caps the output buffer, so a lying zstd frame header cannot make us allocate
         // more than the (bounded) declared length.
-        TAG_ZSTD => {
-            zstd_decompress(payload, h.raw_len).map_err(|e| decompress_err(e.to_string()))?
-        }
+        TAG_ZSTD => Cow::Owned(
+            zstd_decompress(payload, h.raw_len).map_err(|e| decompress_err(e.to_string()))?,
+        ),
         t => {
             return Err(Error::corrupt(what(), format!("unknown codec tag {t}")));
         }

@@ -749,10 +749,11 @@ fn load_part<'a, T>(
             "partition has no frame",
         ));
     };
-    let mut frame = vec![0u8; len as usize];
-    dev.read_at(&mut frame, loc.offset + off as u64)
-        .map_err(|e| Error::io(format!("reading node {}", node.id), e))?;
-    let value = decode(&frame)?;
+    let value = with_frame_buffer(len as usize, |frame| {
+        dev.read_at(frame, loc.offset + off as u64)
+            .map_err(|e| Error::io(format!("reading node {}", node.id), e))?;
+        decode(frame)
+    })?;
     let added = mem(&value);
     let won = part.cell.set(value).is_ok();
     let t = part
@@ -761,10 +762,34 @@ fn load_part<'a, T>(
     Ok((t, if won { added } else { 0 }))
 }
 
+/// Largest frame buffer a thread keeps between partition reads.
+const FRAME_BUFFER_KEPT: usize = 64 << 10;
+
+thread_local! {
+    static FRAME_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on a `len`-byte buffer for one partition frame: the thread's own, kept between
+/// reads, so a cold read does not allocate (and, near the memory budget where freed pages go
+/// back to the kernel at once, fault in) a fresh frame-sized buffer per partition. Frames
+/// larger than `FRAME_BUFFER_KEPT` (internal nodes' buffers) get a buffer of their own.
+fn with_frame_buffer<T>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
+    if len > FRAME_BUFFER_KEPT {
+        return f(&mut vec![0u8; len]);
+    }
+    FRAME_BUFFER.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.resize(len, 0);
+            f(&mut buf[..len])
+        }
+        Err(_) => f(&mut vec![0u8; len]), // a decode that reads again (none today)
+    })
+}
+
 fn decode_basement(id: NodeId, i: usize, frame: &[u8]) -> Result<Arc<Basement>> {
     let what = || format!("node {id} partition {i}");
-    let raw = codec::decode_partition(frame, &what)?;
-    Basement::decode(&raw, &what).map(Arc::new)
+    let raw = codec::decode_partition_ref(frame, &what)?;
+    Basement::decode(raw, &what).map(Arc::new)
 }
 
 fn decode_delta(id: NodeId, i: usize, frame: &[u8]) -> Result<MsgBuffer> {
