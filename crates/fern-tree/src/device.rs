@@ -24,6 +24,9 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     }
     /// Fills `buf` from `offset`; reading past the end is an `UnexpectedEof` error.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Asks the device to start reading `[offset, offset+len)` now, for a read that will
+    /// follow (a scan's next leaves); advice only, nothing waits for it.
+    fn prefetch(&self, _offset: u64, _len: u64) {}
     /// Writes all of `buf` at `offset`, growing the device if needed.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Truncates or extends (with zeros) to `len` bytes.
@@ -184,6 +187,19 @@ impl BlockDevice for FileDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
+    }
+
+    #[allow(unsafe_code)]
+    fn prefetch(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return;
+        };
+        // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is owned by
+        // `self.file`, open for the call.
+        unsafe {
+            libc::posix_fadvise(self.file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED);
+        }
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {

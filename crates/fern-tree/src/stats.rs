@@ -323,6 +323,9 @@ impl BlockDevice for CountingDevice {
     fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
         self.inner.next_data(offset)
     }
+    fn prefetch(&self, offset: u64, len: u64) {
+        self.inner.prefetch(offset, len)
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.c.reads.fetch_add(1, Ordering::Relaxed);
         self.c

@@ -36,7 +36,11 @@ fn value(i: u64) -> Vec<u8> {
 
 /// A new environment at `path` holding rows 0..ROWS.
 fn filled(path: &std::path::Path) -> (Env, fern_tree::Tree) {
-    let env = Env::create(path, opts()).unwrap();
+    fill(Env::create(path, opts()).unwrap())
+}
+
+/// `env` with rows 0..ROWS written into its tree "t".
+fn fill(env: Env) -> (Env, fern_tree::Tree) {
     let t = env.tree("t").unwrap();
     for chunk in (0..ROWS).collect::<Vec<_>>().chunks(1000) {
         let mut b = WriteBatch::new();
@@ -151,5 +155,85 @@ fn a_key_decided_by_a_buffered_message_is_answered_without_reading_its_leaf() {
     // The unchanged rows beside them still read their leaves.
     assert_eq!(t.get(&key(1)).unwrap(), Some(value(1)));
     assert!(env.stats().cache.misses > s.cache.misses);
+    env.close().unwrap();
+}
+
+/// A device that counts the read-ahead it is asked for.
+#[derive(Debug)]
+struct CountsPrefetch {
+    inner: fern_tree::device::MemDevice,
+    prefetched: std::sync::atomic::AtomicU64,
+}
+
+impl fern_tree::device::BlockDevice for CountsPrefetch {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn prefetch(&self, _offset: u64, _len: u64) {
+        self.prefetched
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_scan_asks_the_device_for_the_next_leaves_and_a_short_one_does_not() {
+    use std::ops::Bound;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let dev = Arc::new(CountsPrefetch {
+        inner: fern_tree::device::MemDevice::new(),
+        prefetched: Default::default(),
+    });
+    let opts = Options {
+        checkpoint_thread: false,
+        ..opts()
+    };
+    {
+        let (env, t) = fill(Env::create_on(dev.clone(), opts.clone()).unwrap());
+        t.optimize().unwrap();
+        env.close().unwrap();
+    }
+    let env = Env::open_on(dev.clone(), opts).unwrap();
+    let t = env.tree("t").unwrap();
+    dev.prefetched.store(0, Ordering::Relaxed);
+    // A scan whose end lies inside one leaf (a readdir page, a small range) reads nothing
+    // ahead.
+    let mut rows = 0;
+    let (lo, hi) = ([0x40u8, 0, 0], [0x40u8, 0x02]);
+    t.scan(
+        Bound::Included(&lo[..]),
+        Bound::Excluded(&hi[..]),
+        |_, _| {
+            rows += 1;
+            true
+        },
+    )
+    .unwrap();
+    assert!(rows > 0 && rows < 200, "{rows} rows in the small range");
+    let short = dev.prefetched.load(Ordering::Relaxed);
+    assert_eq!(short, 0, "read-ahead for a scan ending inside its leaf");
+    let mut rows = 0u64;
+    t.scan(Bound::Unbounded, Bound::Unbounded, |_, _| {
+        rows += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(rows, ROWS);
+    let full = dev.prefetched.load(Ordering::Relaxed) - short;
+    // ~190 leaves of 64 KiB under ~12 parents: every leaf but each parent's last asks for the
+    // ones after it.
+    assert!(full >= 100, "{full} read-ahead requests for a full scan");
     env.close().unwrap();
 }

@@ -165,6 +165,9 @@ fn fold_key<'b>(
     Ok(value)
 }
 
+/// Leaves a forward scan asks the device to read ahead of the one it is in.
+const SCAN_AHEAD: usize = 4;
+
 /// Which leaf a range query wants.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Seek<'k> {
@@ -227,6 +230,25 @@ pub(crate) fn leaf_rows(
     // bounds as `lo`/`hi`, so the cursor continues with the next window. A scan that wants a
     // few rows (a directory's first entry, a readdir page) pays for one basement and the
     // messages for it, not for the whole leaf and every message pending above it.
+    // A forward scan that goes past this leaf's end reads the next leaves too: the first
+    // window of a leaf asks the device to start reading the next ones its parent names, so
+    // their reads overlap this leaf's merge.
+    if let (Seek::AtOrAfter(k), Some((parent, i))) = (seek, path.last()) {
+        let through = match (upper, hi.as_deref()) {
+            (None, _) => true,
+            (Some(u), Some(h)) => u >= h,
+            (Some(_), None) => false,
+        };
+        if through && child_for(leaf.pivots(), k) == 0 {
+            if let Body::Internal { children, .. } = &parent.body {
+                for next in children.iter().skip(i + 1).take(SCAN_AHEAD) {
+                    if let Some(loc) = ctx.bf.lock().loc(*next) {
+                        ctx.dev.prefetch(loc.offset, loc.len as u64);
+                    }
+                }
+            }
+        }
+    }
     let pivots = leaf.pivots();
     let nparts = pivots.len() + 1;
     let (mut first, mut last) = match seek {
