@@ -508,6 +508,10 @@ impl BlockFile {
                 ),
             ));
         }
+        if len == 0 {
+            // Nothing to read; an empty node's extent may lie past the file's last byte.
+            return Ok(Vec::new());
+        }
         let mut buf = vec![0u8; len as usize];
         self.dev
             .read_at(&mut buf, loc.offset + offset_in_block as u64)

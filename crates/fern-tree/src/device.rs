@@ -163,6 +163,9 @@ impl BlockDevice for ReadOnlyDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_at(buf, offset)
     }
+    fn prefetch(&self, offset: u64, len: u64) {
+        self.0.prefetch(offset, len)
+    }
     fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
         self.0.next_data(offset)
     }
@@ -631,6 +634,9 @@ impl BlockDevice for LimitedDevice {
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.inner.read_at(buf, offset)
+    }
+    fn prefetch(&self, offset: u64, len: u64) {
+        self.inner.prefetch(offset, len)
     }
     fn next_data(&self, offset: u64) -> io::Result<Option<u64>> {
         self.inner.next_data(offset)

@@ -43,10 +43,9 @@ fn leaf_deltas(
 /// newest first — and the first one found for `key` decides when it is an insert, a delete
 /// or a range delete covering it: by N4 everything below it is older, so neither the older
 /// messages nor the leaf's row can change the answer, and the leaf's basement, a cold
-/// lookup's one device read, is not read. A key still buffered above its leaf (a tenth of
-/// E2's keys right after E1) or sitting in a delta is answered from what the path already
-/// holds. Only an upsert needs what lies below it, and then the whole path is folded oldest
-/// first.
+/// lookup's one device read, is not read. A key still buffered above its leaf or sitting in
+/// a delta is answered from what the path already holds. Only an upsert needs what lies
+/// below it, and then the whole path is folded oldest first.
 pub(crate) fn get(ctx: &Ctx<'_>, root: NodeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
     let mut path: Vec<(SharedNode, usize)> = Vec::new();
     let mut upsert_seen = false;

@@ -176,7 +176,8 @@ fn decode_btt(b: &[u8], what: &str) -> Result<Vec<Slot>> {
         .collect()
 }
 
-/// Checks that `exts` are aligned, lie inside a file of `file_len` bytes and do not overlap
+/// Checks that `exts` are aligned, lie inside a file of `file_len` bytes (empty ones anywhere)
+/// and do not overlap
 /// (identical extents listed twice are fine: two checkpoints share unchanged nodes).
 pub(super) fn validate_extents(exts: &[(BlockLoc, String)], file_len: u64) -> Result<()> {
     let mut by_off: BTreeMap<u64, (BlockLoc, &str)> = BTreeMap::new();
@@ -187,7 +188,9 @@ pub(super) fn validate_extents(exts: &[(BlockLoc, String)], file_len: u64) -> Re
                 format!("extent at {} is not valid", loc.offset),
             ));
         }
-        if loc.offset + loc.len as u64 > file_len {
+        // An empty extent holds no byte, so no file length cuts it: a zero-length node
+        // allocated past the last byte written is never written and never extends the file.
+        if loc.len > 0 && loc.offset + loc.len as u64 > file_len {
             return Err(Error::corrupt(
                 "image",
                 format!(
