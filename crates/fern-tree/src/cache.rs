@@ -2,7 +2,9 @@
 //!
 //! Owns which nodes are in memory and how much memory they use (every loaded partition counts,
 //! buffers included — invariant C1). Eviction picks the least recently used leaves that nobody
-//! is using, and internal nodes only after the leaves; a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
+//! is using — first the basements of clean leaves unchanged since they were read, which keep
+//! their headers (invariant C3), then whole leaves — and internal nodes only after the leaves;
+//! a dirty victim is written (copy-on-write) before it is dropped, so eviction never loses
 //! a change (invariant C2). In a read-only open (W11) dirty nodes cannot be written, so they are
 //! never evicted: the bound then holds for clean nodes only. Never: decides tree structure, or
 //! frees blocks.
