@@ -18,67 +18,20 @@
 //!   extent is freed, so the block-row rules (D1) apply unchanged after it.
 //! * **E4** Every batch that deletes an `fs.extent` row (or replaces it) frees its extent.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use fern_kv::{Direction, ExtentRef, KeyRange, KvError, TreeId, WriteBatch};
-use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};
+use crate::extent_cache::{ExtentBuf, EXTENT_ALIGN};
 use crate::fs::{Fs, InodeRows};
 use crate::ids::InodeId;
 use crate::overlay;
 use crate::schema::{self, SLOT_BYTES};
 
-/// Verified extents kept for the next request (FUSE reads arrive in 128 KiB pieces; an
-/// extent's crc covers all of it, so it is read whole once). Keyed by reference: an extent's
-/// bytes never change while its reference names it.
-const CACHED_EXTENTS: usize = 8;
-
-/// The cache of whole extents read by requests that covered only part of one, and the
-/// buffers of extents it dropped that no request still holds: the next miss reads into one
-/// of those instead of a fresh 1 MiB allocation, whose pages would fault and be zeroed on
-/// first touch (F7's cold read: a 1 MiB buffer per extent, fs-design.md §9).
-#[derive(Default)]
-pub(crate) struct ExtentCache(Mutex<CacheState>);
-
-#[derive(Default)]
-struct CacheState {
-    entries: VecDeque<(ExtentRef, Arc<Vec<u8>>)>,
-    spare: Vec<Vec<u8>>,
-}
-
-/// Dropped buffers kept for reuse.
-const SPARE_BUFFERS: usize = 2;
-
-impl ExtentCache {
-    fn get(&self, r: &ExtentRef) -> Option<Arc<Vec<u8>>> {
-        let c = self.0.lock();
-        c.entries
-            .iter()
-            .find(|(k, _)| k == r)
-            .map(|(_, v)| Arc::clone(v))
-    }
-
-    /// A buffer of `len` bytes to read an extent into (its contents are overwritten).
-    fn buffer(&self, len: usize) -> Vec<u8> {
-        let mut b = self.0.lock().spare.pop().unwrap_or_default();
-        b.resize(len, 0);
-        b
-    }
-
-    fn put(&self, r: ExtentRef, data: Arc<Vec<u8>>) {
-        let mut c = self.0.lock();
-        if c.entries.len() >= CACHED_EXTENTS {
-            if let Some((_, old)) = c.entries.pop_front() {
-                // Held by no request any more: keep its memory for the next miss.
-                if let (Ok(v), true) = (Arc::try_unwrap(old), c.spare.len() < SPARE_BUFFERS) {
-                    c.spare.push(v);
-                }
-            }
-        }
-        c.entries.push_back((r, data));
-    }
+/// Whether `buf` can take an extent read past the host's cache (extent_cache.rs).
+fn direct_ready(buf: &[u8]) -> bool {
+    (buf.as_ptr() as usize).is_multiple_of(EXTENT_ALIGN)
 }
 
 /// How many times a read retries when an extent it found was freed under it by a concurrent
@@ -157,8 +110,9 @@ impl Fs {
         Ok(self.kv.read_extent(r, buf)?)
     }
 
-    /// Extent `r` whole, from the cache or read and cached.
-    fn extent_bytes(&self, r: &ExtentRef) -> FsResult<Arc<Vec<u8>>> {
+    /// Extent `r` whole, from the cache (waiting for it if it is being read ahead) or read
+    /// and cached.
+    fn extent_bytes(&self, r: &ExtentRef) -> FsResult<Arc<ExtentBuf>> {
         if let Some(d) = self.extent_cache.get(r) {
             return Ok(d);
         }
@@ -170,11 +124,16 @@ impl Fs {
     }
 
     /// Fills `out` (the bytes `[offset, offset + out.len())` of `ino`) with the bytes of the
-    /// file's extents there; block rows go on top afterwards (E2). A request covering a whole
-    /// slot reads it straight into `out`; a partial one goes through the cache.
+    /// file's extents there; block rows go on top afterwards (E2). An extent in the cache (or
+    /// being read ahead) is copied from there; else a request covering a whole slot reads it
+    /// straight into `out` when that part of `out` is aligned for a read past the host's cache,
+    /// and otherwise into the cache (an unaligned read would go through the host's cache, whose
+    /// read-ahead then fills it with the next extents too: cached twice). A read that continues
+    /// the file's last one has the next extents read ahead (extent_cache.rs).
     pub(crate) fn read_extents(&self, ino: InodeId, offset: u64, out: &mut [u8]) -> FsResult<()> {
         let end = offset + out.len() as u64;
         let (lo, hi) = (offset / SLOT_BYTES, end.div_ceil(SLOT_BYTES));
+        self.read_extents_ahead(ino, lo..hi);
         let mut tries = 0;
         loop {
             match self.read_extents_once(ino, offset, end, lo, hi, out) {
@@ -184,6 +143,19 @@ impl Fs {
                 }
                 r => return r,
             }
+        }
+    }
+
+    /// Starts the read-ahead of the extents after slots `slots` of `ino` if this read
+    /// continues the file's last one. Advice: a failure to look them up is left to the reads.
+    fn read_extents_ahead(&self, ino: InodeId, slots: std::ops::Range<u64>) {
+        let next = self.extent_cache.follow(ino, slots);
+        if next.is_empty() {
+            return;
+        }
+        if let Ok(found) = self.extents_in(ino, next.start, next.end) {
+            let refs: Vec<ExtentRef> = found.into_iter().map(|(_, r)| r).collect();
+            self.extent_cache.read_ahead(&self.kv, &refs);
         }
     }
 
@@ -204,11 +176,13 @@ impl Fs {
                 continue;
             }
             let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
-            if from == start && to == stop {
+            let piece = (from - start) as usize..(to - start) as usize;
+            if let Some(d) = self.extent_cache.get(&r) {
+                dst.copy_from_slice(&d[piece]);
+            } else if from == start && to == stop && direct_ready(dst) {
                 self.read_extent_into(&r, dst)?;
             } else {
-                let d = self.extent_bytes(&r)?;
-                dst.copy_from_slice(&d[(from - start) as usize..(to - start) as usize]);
+                dst.copy_from_slice(&self.extent_bytes(&r)?[piece]);
             }
         }
         Ok(())

@@ -120,8 +120,9 @@ pub struct Fs {
     pub(crate) atime: crate::atime::AtimeSetting,
     /// Set on a shared store: this mount's session and the registration tree (shared.rs).
     pub(crate) shared: Option<crate::shared::Shared>,
-    /// Whole extents read for requests that covered part of one (extent.rs).
-    pub(crate) extent_cache: crate::extent::ExtentCache,
+    /// Whole extents read for requests that covered part of one, or read ahead
+    /// (extent_cache.rs).
+    pub(crate) extent_cache: crate::extent_cache::ExtentCache,
     /// Directories read ahead for lookups on a shared store (lookahead.rs).
     pub(crate) lookahead: crate::lookahead::LookAhead,
 }

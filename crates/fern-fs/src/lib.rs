@@ -20,6 +20,7 @@ mod data;
 mod dir;
 mod error;
 mod extent;
+mod extent_cache;
 mod fs;
 mod ids;
 mod inode_ops;

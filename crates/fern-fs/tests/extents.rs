@@ -296,3 +296,75 @@ fn extents_written_one_after_another_read_back() {
     e.p.close(f).expect("close");
     assert!(fern_fs::check::check(&*e.store).expect("fsck").is_clean());
 }
+
+/// Reads `ino`'s bytes `[from, to)` in 128 KiB requests, as FUSE sends them, into `model`'s
+/// check: every piece must equal `model` there.
+fn read_pieces(e: &common::Env, ino: fern_fs::InodeId, from: usize, to: usize, model: &[u8]) {
+    let mut buf = Vec::new();
+    for off in (from..to).step_by(128 << 10) {
+        e.fs.read_into(ino, off as u64, 128 << 10, &mut buf)
+            .expect("read");
+        assert!(buf == model[off..off + (128 << 10)], "bytes at {off}");
+    }
+}
+
+/// A reader going through a file in order has the next extents read for it by the read-ahead
+/// threads (extent_cache.rs), each extent read once in all; a reader jumping around has none.
+#[test]
+fn a_sequential_reader_has_each_next_extent_read_ahead_once() {
+    let e = common::env();
+    let f = e.p.open(b"/big", rw(true)).expect("create");
+    let data = pattern(8 * MIB, 3);
+    e.p.write_at(&f, 0, &data).expect("write");
+    e.p.close(f).expect("close");
+    // A fresh mount: nothing cached.
+    let e = e.remount();
+    let f = e.p.open(b"/big", rw(false)).expect("open");
+    let (reads, ahead) = (e.store.extent_reads(), e.store.extent_reads_ahead());
+    read_pieces(&e, f.ino(), 0, 8 * MIB, &data);
+    assert_eq!(
+        e.store.extent_reads() - reads,
+        8,
+        "every extent read exactly once"
+    );
+    assert_eq!(
+        e.store.extent_reads_ahead() - ahead,
+        6,
+        "all but the first two read ahead (reads in order start in the second slot)"
+    );
+    e.p.close(f).expect("close");
+
+    // Out of order, on a fresh mount: every extent read by the request that wants it.
+    let e = e.remount();
+    let f = e.p.open(b"/big", rw(false)).expect("open");
+    let (reads, ahead) = (e.store.extent_reads(), e.store.extent_reads_ahead());
+    for slot in [5, 2, 7, 0, 3] {
+        read_pieces(&e, f.ino(), slot * MIB, slot * MIB + (256 << 10), &data);
+    }
+    assert_eq!(e.store.extent_reads() - reads, 5);
+    assert_eq!(e.store.extent_reads_ahead(), ahead, "no read ahead");
+    e.p.close(f).expect("close");
+}
+
+/// An extent replaced after it was read ahead is never served from the cache: the cache is
+/// keyed by reference, and the file's row names the new extent.
+#[test]
+fn an_extent_rewritten_after_its_read_ahead_reads_as_rewritten() {
+    let e = common::env();
+    let f = e.p.open(b"/big", rw(true)).expect("create");
+    let mut model = pattern(8 * MIB, 5);
+    e.p.write_at(&f, 0, &model).expect("write");
+    let ino = f.ino();
+    // Into slot 1: read-ahead of slots 2-5 asked.
+    read_pieces(&e, ino, 0, MIB + (256 << 10), &model);
+    // Slot 3 written anew (a new extent; the old one freed), slot 4 in part (an overlay).
+    let new = pattern(MIB, 77);
+    e.p.write_at(&f, 3 * MIB as u64, &new).expect("rewrite");
+    model[3 * MIB..4 * MIB].copy_from_slice(&new);
+    e.p.write_at(&f, 4 * MIB as u64 + 100, b"on top")
+        .expect("small write");
+    model[4 * MIB + 100..4 * MIB + 106].copy_from_slice(b"on top");
+    read_pieces(&e, ino, MIB + (256 << 10), 8 * MIB, &model);
+    e.p.close(f).expect("close");
+    assert!(fern_fs::check::check(&*e.store).expect("fsck").is_clean());
+}

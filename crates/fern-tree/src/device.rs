@@ -27,6 +27,14 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// Asks the device to start reading `[offset, offset+len)` now, for a read that will
     /// follow (a scan's next leaves); advice only, nothing waits for it.
     fn prefetch(&self, _offset: u64, _len: u64) {}
+    /// Fills `buf` from `offset` as [`read_at`](Self::read_at) does — the same bytes, those
+    /// written and not yet synced included — for one large read the caller keeps the result of
+    /// (a data extent): a device may read it past the host's cache, into `buf` itself, so the
+    /// bytes are not cached twice (the file system's page cache above holds them) and do not
+    /// land first in freshly allocated cache pages. The default is `read_at`.
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_at(buf, offset)
+    }
     /// Writes all of `buf` at `offset`, growing the device if needed.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Truncates or extends (with zeros) to `len` bytes.
@@ -78,12 +86,25 @@ use parking_lot::Mutex;
 /// 32 MiB limit equal to the engine's budget — a third of the budget — and 2–3 MiB with it
 /// (BENCHMARKS.md, "The engines inside a memory cap equal to their budget"). It also spreads
 /// the device's work out, so a checkpoint's `sync` has less left to wait for.
+///
+/// [`read_direct`](BlockDevice::read_direct) reads with `O_DIRECT` through a second descriptor
+/// of the same file, opened at the first such read, when the buffer, offset and length are
+/// aligned to [`DIRECT_ALIGN`] and none of the range is in the page cache (`cachestat(2)`:
+/// bytes written recently, or read buffered, are copied from there instead; an `O_DIRECT` read
+/// of a range with dirty pages would first wait for their writeback). Otherwise, or where the
+/// host file system refuses `O_DIRECT`, it reads buffered.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
     /// Bytes written since writeback was last started.
     unflushed: AtomicU64,
+    /// The `O_DIRECT` descriptor: unset until the first direct read, `None` if it cannot be had.
+    direct: std::sync::OnceLock<Option<File>>,
 }
+
+/// The alignment of buffer address, offset and length that [`FileDevice`] needs to read with
+/// `O_DIRECT` (a page: enough for every logical block size a host uses).
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// How many written bytes [`FileDevice`] lets pile up before it starts their writeback.
 pub const WRITEBACK_EVERY: u64 = 2 << 20;
@@ -107,6 +128,7 @@ impl FileDevice {
         FileDevice {
             file,
             unflushed: AtomicU64::new(0),
+            direct: std::sync::OnceLock::new(),
         }
     }
 
@@ -124,6 +146,70 @@ impl FileDevice {
         // `self.file`, which stays open for the call. Offset 0 and length 0 mean the whole file.
         unsafe {
             libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+
+    /// The `O_DIRECT` descriptor, opened on first use by reopening this one's file through
+    /// `/proc/self/fd` (no path needed; the same file even if renamed since).
+    fn direct_file(&self) -> Option<&File> {
+        self.direct
+            .get_or_init(|| {
+                use std::os::fd::AsRawFd;
+                use std::os::unix::fs::OpenOptionsExt;
+                let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                // A host file system without O_DIRECT refuses the open: buffered reads then.
+                OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(path)
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// Whether any page of `[offset, offset + len)` is in the page cache; `true` when the
+    /// kernel cannot say (`cachestat(2)` is Linux 6.5+), so that reads stay buffered there.
+    #[allow(unsafe_code)]
+    fn any_cached(&self, offset: u64, len: u64) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            #[repr(C)]
+            struct Range {
+                off: u64,
+                len: u64,
+            }
+            #[repr(C)]
+            #[derive(Default)]
+            struct Cachestat {
+                nr_cache: u64,
+                nr_dirty: u64,
+                nr_writeback: u64,
+                nr_evicted: u64,
+                nr_recently_evicted: u64,
+            }
+            /// The system call's number, the same on every Linux architecture.
+            const SYS_CACHESTAT: libc::c_long = 451;
+            let range = Range { off: offset, len };
+            let mut cs = Cachestat::default();
+            // SAFETY: the kernel reads `range` and writes `cs`, both live, correctly laid out
+            // (`struct cachestat_range`, `struct cachestat`) for the call; the descriptor is
+            // owned by `self.file`; flags are 0.
+            let r = unsafe {
+                libc::syscall(
+                    SYS_CACHESTAT,
+                    self.file.as_raw_fd(),
+                    &range as *const Range,
+                    &mut cs as *mut Cachestat,
+                    0u32,
+                )
+            };
+            r != 0 || cs.nr_cache > 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (offset, len);
+            true
         }
     }
 
@@ -163,6 +249,9 @@ impl BlockDevice for ReadOnlyDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_at(buf, offset)
     }
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_direct(buf, offset)
+    }
     fn prefetch(&self, offset: u64, len: u64) {
         self.0.prefetch(offset, len)
     }
@@ -190,6 +279,25 @@ impl BlockDevice for FileDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
+    }
+
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let aligned = (buf.as_ptr() as usize | buf.len()).is_multiple_of(DIRECT_ALIGN)
+            && offset.is_multiple_of(DIRECT_ALIGN as u64)
+            && !buf.is_empty();
+        if !aligned || self.any_cached(offset, buf.len() as u64) {
+            return self.file.read_exact_at(buf, offset);
+        }
+        match self.direct_file() {
+            Some(f) => match f.read_exact_at(buf, offset) {
+                // A host that takes the open but not the read (alignment it wants larger).
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.file.read_exact_at(buf, offset)
+                }
+                r => r,
+            },
+            None => self.file.read_exact_at(buf, offset),
+        }
     }
 
     #[allow(unsafe_code)]
@@ -635,6 +743,9 @@ impl BlockDevice for LimitedDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.inner.read_at(buf, offset)
     }
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_direct(buf, offset)
+    }
     fn prefetch(&self, offset: u64, len: u64) {
         self.inner.prefetch(offset, len)
     }
@@ -783,5 +894,68 @@ impl BlockDevice for CrashDevice {
         mem_punch(&mut st.current, offset, len);
         st.pending.push(PendingOp::Punch(offset, len));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `len` bytes at an address aligned to [`DIRECT_ALIGN`], inside `mem`.
+    fn aligned(mem: &mut Vec<u8>, len: usize) -> &mut [u8] {
+        mem.resize(len + DIRECT_ALIGN, 0);
+        let start = mem.as_ptr().align_offset(DIRECT_ALIGN);
+        &mut mem[start..start + len]
+    }
+
+    #[allow(unsafe_code)]
+    fn drop_cached_pages(d: &FileDevice) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: integer arguments only; the descriptor is open for the call.
+        unsafe {
+            libc::posix_fadvise(d.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+
+    #[test]
+    fn a_direct_read_returns_what_a_buffered_one_does_cached_or_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = FileDevice::create(dir.path().join("img")).expect("create");
+        let bytes: Vec<u8> = (0..256 * 1024u32)
+            .map(|i| (i * 7 + i / 4096) as u8)
+            .collect();
+        d.write_at(&bytes, 0).expect("write");
+        let (mut mem, mut other) = (Vec::new(), Vec::new());
+        // Written, not synced: dirty pages, read from the cache.
+        let buf = aligned(&mut mem, 128 * 1024);
+        d.read_direct(buf, 64 * 1024).expect("read dirty");
+        assert!(buf == &bytes[64 * 1024..192 * 1024]);
+        // Synced and dropped from the cache: read past it.
+        d.sync().expect("sync");
+        drop_cached_pages(&d);
+        assert!(!d.any_cached(0, bytes.len() as u64), "pages dropped");
+        d.read_direct(buf, 64 * 1024).expect("read direct");
+        assert!(buf == &bytes[64 * 1024..192 * 1024]);
+        assert!(
+            matches!(d.direct.get(), Some(Some(_))),
+            "the O_DIRECT descriptor was opened and used"
+        );
+        // Unaligned buffer, offset or length: buffered, the same bytes.
+        let odd = &mut aligned(&mut other, 8193)[1..];
+        d.read_direct(odd, 4096).expect("read unaligned");
+        assert!(odd == &bytes[4096..4096 + 8192]);
+        d.read_direct(&mut buf[..4096], 100)
+            .expect("read at odd offset");
+        assert!(buf[..4096] == bytes[100..4196]);
+        // Rewritten after the direct read: the new bytes, never stale ones.
+        d.write_at(&[0xEE; 4096], 64 * 1024).expect("rewrite");
+        d.read_direct(&mut buf[..8192], 64 * 1024)
+            .expect("read rewritten");
+        assert!(buf[..4096].iter().all(|&b| b == 0xEE));
+        assert!(buf[4096..8192] == bytes[68 * 1024..72 * 1024]);
+        // Past the end: an error, as `read_at` gives.
+        drop_cached_pages(&d);
+        let err = d.read_direct(buf, 192 * 1024).expect_err("past the end");
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

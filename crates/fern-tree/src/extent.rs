@@ -312,8 +312,10 @@ impl Env {
             .give(data.drain(..).map(|(_, bytes)| bytes));
     }
 
-    /// Reads a live data extent whole into `buf` (exactly `r.len` bytes), one read, and
-    /// verifies its crc before returning (X8). A reference to an extent that is not live is
+    /// Reads a live data extent whole into `buf` (exactly `r.len` bytes), one read (direct when
+    /// `buf` is aligned to [`DIRECT_ALIGN`](crate::device::DIRECT_ALIGN), see
+    /// [`BlockDevice::read_direct`](crate::device::BlockDevice::read_direct)), and verifies its
+    /// crc before returning (X8). A reference to an extent that is not live is
     /// `Corrupt`; damage is `Checksum` naming the extent.
     pub fn read_extent(&self, r: &ExtentRef, buf: &mut [u8]) -> Result<()> {
         if buf.len() != r.len as usize {
@@ -336,9 +338,10 @@ impl Env {
             }
             None => return Err(Error::corrupt(r.name(), "no live extent there")),
         }
+        // Past the host's cache where it can (device.rs): the file system above caches it.
         self.inner
             .dev
-            .read_at(buf, r.offset)
+            .read_direct(buf, r.offset)
             .map_err(|e| Error::io(format!("reading the {}", r.name()), e))?;
         let actual = crc32c::crc32c(buf);
         if actual != r.crc {

@@ -316,6 +316,13 @@ struct CountingDevice {
     c: Arc<Counters>,
 }
 
+impl CountingDevice {
+    fn count_read(&self, bytes: usize) {
+        self.c.reads.fetch_add(1, Ordering::Relaxed);
+        self.c.bytes_read.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}
+
 impl BlockDevice for CountingDevice {
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
@@ -327,11 +334,12 @@ impl BlockDevice for CountingDevice {
         self.inner.prefetch(offset, len)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.c.reads.fetch_add(1, Ordering::Relaxed);
-        self.c
-            .bytes_read
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.count_read(buf.len());
         self.inner.read_at(buf, offset)
+    }
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.count_read(buf.len());
+        self.inner.read_direct(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.c.writes.fetch_add(1, Ordering::Relaxed);

@@ -103,6 +103,8 @@ struct Counts {
     reads: AtomicUsize,
     scans: AtomicUsize,
     extent_reads: AtomicUsize,
+    /// Of those, extents read by fern-fs's read-ahead threads (named `fernfs-readahead`).
+    extent_reads_ahead: AtomicUsize,
     /// Range deletes in batches written or committed.
     range_deletes: AtomicUsize,
     /// Trees written, summed over batches written or committed (each tree a batch touches
@@ -154,6 +156,9 @@ impl Counts {
         buf: &mut [u8],
     ) -> KvResult<()> {
         self.extent_reads.fetch_add(1, Ordering::SeqCst);
+        if std::thread::current().name() == Some("fernfs-readahead") {
+            self.extent_reads_ahead.fetch_add(1, Ordering::SeqCst);
+        }
         r.read_extent(x, buf)
     }
 }
@@ -176,6 +181,10 @@ impl CountingStore {
     /// Extents read (counted apart from `reads`: rows and extents are different costs).
     pub fn extent_reads(&self) -> usize {
         self.counts.extent_reads.load(Ordering::SeqCst)
+    }
+    /// Extents read by fern-fs's read-ahead threads (counted in `extent_reads` too).
+    pub fn extent_reads_ahead(&self) -> usize {
+        self.counts.extent_reads_ahead.load(Ordering::SeqCst)
     }
     /// Range deletes written (each stays in the engine's buffers until flushed to the leaves).
     pub fn range_deletes(&self) -> usize {
