@@ -68,11 +68,12 @@ pub struct MountOptions {
     /// Largest write the kernel sends in one request (`max_write=BYTES`), 1 MiB by default:
     /// a larger write means fewer requests and fewer (bigger) batches in the store.
     pub max_write: u32,
-    /// The kernel's read-ahead for the mount (`read_ahead=BYTES`, suffixes k/m), 1 MiB by
+    /// The kernel's read-ahead for the mount (`read_ahead=BYTES`, suffixes k/m), 4 MiB by
     /// default; 0 leaves the kernel's own (128 KiB). Set after the handshake through the
     /// mount's backing device (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`, root only; the INIT
     /// reply can only lower it): with 128 KiB a sequential read of a large file arrives as
-    /// 128 KiB READs, eight per 1 MiB data extent; with 1 MiB, one (docs/fuse.md).
+    /// 128 KiB READs, eight per 1 MiB data extent; with 1 MiB or more, one per extent, and with
+    /// 4 MiB the kernel keeps several in flight while the reader copies (docs/fuse.md).
     pub read_ahead: u32,
     /// Store cache size in bytes (`cache_size=BYTES`, suffixes k/m/g); used by whoever opens
     /// the store, not by the adapter.
@@ -179,7 +180,7 @@ impl Default for MountOptions {
             ring_wakeups: crate::uring::WakeMode::Auto,
             enable_uring: false,
             max_write: 1 << 20,
-            read_ahead: 1 << 20,
+            read_ahead: 4 << 20,
             cache_size: None,
             memory: None,
             atime: AtimePolicy::default(),
@@ -554,7 +555,7 @@ mod tests {
     #[test]
     fn read_ahead_is_a_size_and_zero_leaves_the_kernels() {
         let mut o = MountOptions::default();
-        assert_eq!(o.read_ahead, 1 << 20);
+        assert_eq!(o.read_ahead, 4 << 20);
         o.parse_into("read_ahead=256k").unwrap();
         assert_eq!(o.read_ahead, 256 << 10);
         o.parse_into("read_ahead=0").unwrap();

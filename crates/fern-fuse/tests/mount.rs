@@ -709,7 +709,7 @@ fn read_ahead_kb(mp: &Path) -> u64 {
         .unwrap()
 }
 
-/// After the handshake the mount's read-ahead is `read_ahead` (1 MiB by default), so a large
+/// After the handshake the mount's read-ahead is `read_ahead` (4 MiB by default), so a large
 /// file read in sequence arrives as 1 MiB READs — one per data extent — instead of the
 /// kernel's 128 KiB; `read_ahead=0` leaves the kernel's own.
 #[test]
@@ -727,7 +727,7 @@ fn the_mounts_read_ahead_is_set_after_the_handshake() {
         m.unmount().unwrap();
         kb
     };
-    for (option, want) in [("", 1024), ("read_ahead=256k", 256)] {
+    for (option, want) in [("", 4096), ("read_ahead=256k", 256)] {
         let mut opts = MountOptions::default();
         opts.parse_into(option).unwrap();
         let m = Mounted::spawn(fs_.clone(), &s.mp, &opts).expect("FUSE mount");
