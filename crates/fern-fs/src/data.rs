@@ -27,6 +27,12 @@ pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
 /// fallocate: make the range read as zeros (extending the size unless KEEP_SIZE).
 pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 
+/// What a read returns: its length and the stat it was computed from.
+struct ReadLen {
+    stat: crate::attr::Stat,
+    bytes: usize,
+}
+
 /// Reads of fewer blocks than this are point reads per block, longer ones one range scan.
 const POINT_READ_BLOCKS: u64 = 8;
 
@@ -38,10 +44,11 @@ impl Fs {
         Ok(out)
     }
 
-    /// [`read`](Self::read) into `out` (cleared first), so that a caller serving many reads
-    /// (the FUSE adapter, one buffer per thread) reuses one allocation: a fresh 128 KiB-1 MiB
-    /// buffer per request is a fresh mapping whose pages fault and are zeroed on first touch
-    /// (a fifth of the daemon's CPU in a cold F7 read, fs-design.md §9).
+    /// [`read`](Self::read) into `out` (made exactly as long as the bytes read), so that a
+    /// caller serving many reads reuses one allocation: a fresh 128 KiB-1 MiB buffer per
+    /// request is a fresh mapping whose pages fault and are zeroed on first touch (a fifth of
+    /// the daemon's CPU in a cold F7 read, fs-design.md §9). Every byte of `out` is written
+    /// (R4 below), so nothing of an earlier read shows through.
     pub fn read_into(
         &self,
         ino: InodeId,
@@ -49,7 +56,36 @@ impl Fs {
         size: u32,
         out: &mut Vec<u8>,
     ) -> FsResult<()> {
-        out.clear();
+        let len = match self.read_len(ino, offset, size) {
+            Ok(len) => len,
+            Err(e) => {
+                out.clear();
+                return Err(e);
+            }
+        };
+        if out.len() < len.bytes {
+            out.resize(len.bytes, 0);
+        } else {
+            out.truncate(len.bytes);
+        }
+        self.read_fill(ino, offset, &len, out)
+    }
+
+    /// [`read`](Self::read) into the start of `out`, which must hold `size` bytes or as many as
+    /// the file has from `offset` on (a FUSE reply buffer: the ring transport's payload, so a
+    /// read lands where the kernel takes it from). Returns how many bytes it wrote.
+    pub fn read_to(&self, ino: InodeId, offset: u64, size: u32, out: &mut [u8]) -> FsResult<usize> {
+        let len = self.read_len(ino, offset, size)?;
+        let Some(out) = out.get_mut(..len.bytes) else {
+            return Err(FsError::Invalid);
+        };
+        self.read_fill(ino, offset, &len, out)?;
+        Ok(len.bytes)
+    }
+
+    /// How many bytes a read of `ino` at `offset` for `size` returns (short at the end of the
+    /// file), after the kind checks, with the stat that said so.
+    fn read_len(&self, ino: InodeId, offset: u64, size: u32) -> FsResult<ReadLen> {
         let stat = {
             let _g = self.locks.lock(&[ino]);
             self.stat_locked(ino)?
@@ -59,19 +95,32 @@ impl Fs {
             FileType::Directory => return Err(FsError::IsDir),
             _ => return Err(FsError::Invalid),
         }
-        let file_size = stat.size;
-        if offset >= file_size || size == 0 {
+        let bytes = if offset >= stat.size || size == 0 {
+            0
+        } else {
+            (stat.size.min(offset.saturating_add(u64::from(size))) - offset) as usize
+        };
+        Ok(ReadLen { stat, bytes })
+    }
+
+    /// Fills `out` (exactly `len.bytes` long) with the bytes of `ino` from `offset`. R4: every
+    /// byte is written — the extents' bytes and zeros around them (extent.rs), or zeros, then
+    /// the block rows on top — so a reused buffer needs no clearing first.
+    fn read_fill(&self, ino: InodeId, offset: u64, len: &ReadLen, out: &mut [u8]) -> FsResult<()> {
+        if out.is_empty() {
             return Ok(());
         }
-        let end = file_size.min(offset.saturating_add(u64::from(size)));
+        let (stat, file_size) = (&len.stat, len.stat.size);
+        let end = offset + out.len() as u64;
         let bs = u64::from(self.sb.block_size);
         let (first, last) = (offset / bs, (end - 1) / bs);
         let blocks = self.read_blocks(ino, first, last)?;
-        // Zeros for holes; extents and block rows overwrite their parts.
-        out.resize((end - offset) as usize, 0);
-        // Extents first, block rows on top (extent.rs E2); no extent below a slot's end (E1).
+        // Extents first (zeros between them), block rows on top (extent.rs E2); no extent
+        // below a slot's end (E1).
         if self.extent_tree().is_some() && file_size >= schema::SLOT_BYTES {
             self.read_extents(ino, offset, out)?;
+        } else {
+            out.fill(0);
         }
         for (k, v) in blocks {
             let n = schema::parse_block_key(ino, &k)?;
@@ -105,7 +154,7 @@ impl Fs {
                 );
             }
         }
-        self.touch_atime(ino, &stat)?;
+        self.touch_atime(ino, stat)?;
         Ok(())
     }
 

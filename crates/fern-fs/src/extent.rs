@@ -124,7 +124,8 @@ impl Fs {
     }
 
     /// Fills `out` (the bytes `[offset, offset + out.len())` of `ino`) with the bytes of the
-    /// file's extents there; block rows go on top afterwards (E2). An extent in the cache (or
+    /// file's extents there and zeros elsewhere, every byte written; block rows go on top
+    /// afterwards (E2). An extent in the cache (or
     /// being read ahead) is copied from there; else a request covering a whole slot reads it
     /// straight into `out` when that part of `out` is aligned for a read past the host's cache,
     /// and otherwise into the cache (an unaligned read would go through the host's cache, whose
@@ -168,6 +169,8 @@ impl Fs {
         hi: u64,
         out: &mut [u8],
     ) -> FsResult<()> {
+        // How far `out` is written: the gaps between extents get zeros (data.rs R4).
+        let mut written = 0;
         for (slot, r) in self.extents_in(ino, lo, hi)? {
             let start = slot * SLOT_BYTES;
             let stop = start + u64::from(r.len());
@@ -175,6 +178,8 @@ impl Fs {
             if from >= to {
                 continue;
             }
+            out[written..(from - offset) as usize].fill(0);
+            written = (to - offset) as usize;
             let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
             let piece = (from - start) as usize..(to - start) as usize;
             if let Some(d) = self.extent_cache.get(&r) {
@@ -185,6 +190,7 @@ impl Fs {
                 dst.copy_from_slice(&self.extent_bytes(&r)?[piece]);
             }
         }
+        out[written..].fill(0);
         Ok(())
     }
 

@@ -457,14 +457,18 @@ impl Handler for FernFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData<'_>,
     ) {
-        // One buffer per request thread, reused: a fresh one per request would be a fresh
-        // mapping to fault in and zero (fern-fs `read_into`).
+        // Straight into the ring entry's payload buffer; over /dev/fuse into one buffer per
+        // request thread, reused: a fresh one per request would be a fresh mapping to fault in
+        // and zero (fern-fs `read_into`).
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        BUF.with_borrow_mut(|buf| match self.fs.read_into(ino(i), offset, size, buf) {
-            Ok(()) => reply.data(buf),
-            Err(e) => reply.error(errno(&e)),
+        BUF.with_borrow_mut(|spare| {
+            reply.fill(size as usize, spare, |out| {
+                self.fs
+                    .read_to(ino(i), offset, size, out)
+                    .map_err(|e| errno(&e))
+            })
         })
     }
 

@@ -277,6 +277,46 @@ impl ReplyStatfs<'_> {
     }
 }
 
+impl ReplyData<'_> {
+    /// At most `max` bytes that `fill` writes where the reply is sent from, returning how many
+    /// it wrote: over the ring that is the entry's payload buffer, so the bytes are not copied
+    /// again (a read's data: fern-fs `read_to`); over /dev/fuse it is `spare`, a caller's
+    /// buffer kept between requests (grown to `max`), which fuser then sends.
+    pub fn fill(
+        self,
+        max: usize,
+        spare: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    ) {
+        match self.0 {
+            Via::Dev(r) => {
+                if spare.len() < max {
+                    spare.resize(max, 0);
+                }
+                match fill(&mut spare[..max]) {
+                    Ok(n) => r.data(&spare[..n.min(max)]),
+                    Err(e) => r.error(e),
+                }
+            }
+            Via::Ring(mut s) => {
+                let start = s.out.len;
+                if start + max > s.limit.min(s.out.buf.len()) {
+                    // More than the kernel's buffer takes: it would refuse the reply as well.
+                    s.out.overflow = true;
+                    return s.done();
+                }
+                match fill(&mut s.out.buf[start..start + max]) {
+                    Ok(n) => {
+                        s.out.len = start + n.min(max);
+                        s.done()
+                    }
+                    Err(e) => s.error(e),
+                }
+            }
+        }
+    }
+}
+
 impl ReplyXattr<'_> {
     /// The size the caller must allocate (a request with size 0).
     pub fn size(self, size: u32) {
