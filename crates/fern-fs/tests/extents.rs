@@ -368,3 +368,45 @@ fn an_extent_rewritten_after_its_read_ahead_reads_as_rewritten() {
     e.p.close(f).expect("close");
     assert!(fern_fs::check::check(&*e.store).expect("fsck").is_clean());
 }
+
+/// `read_to` writes every byte it returns, whatever the buffer held (data.rs R4): extents,
+/// zeros between them (a hole slot, a punched block) and block rows on top.
+#[test]
+fn read_to_writes_every_byte_of_a_dirty_buffer() {
+    let e = common::env();
+    let f = e.p.open(b"/holes", rw(true)).expect("create");
+    // Slots 0, 1 and 3 in extents, slot 2 a hole, then a short tail in block rows.
+    let mut model = vec![0u8; 4 * MIB + 1000];
+    for slot in [0usize, 1, 3] {
+        let data = pattern(MIB, slot as u8);
+        e.p.write_at(&f, (slot * MIB) as u64, &data).expect("write");
+        model[slot * MIB..(slot + 1) * MIB].copy_from_slice(&data);
+    }
+    e.p.write_at(&f, 4 * MIB as u64, &[3u8; 1000])
+        .expect("tail");
+    model[4 * MIB..].fill(3);
+    // A block of slot 1 written small on top (an overlay row over the extent).
+    e.p.write_at(&f, MIB as u64 + 5000, b"over")
+        .expect("small write");
+    model[MIB + 5000..MIB + 5004].copy_from_slice(b"over");
+    let ino = f.ino();
+    let mut buf = vec![0xEE; 5 * MIB];
+    for (offset, size) in [
+        (0, 5 * MIB),
+        (MIB - 4096, 2 * MIB),
+        (2 * MIB + 100, MIB),
+        (3 * MIB + 7, MIB + 2000),
+        (4 * MIB, 4096),
+    ] {
+        buf.fill(0xEE);
+        let n =
+            e.fs.read_to(ino, offset as u64, size as u32, &mut buf)
+                .expect("read_to");
+        let want = &model[offset..(offset + size).min(model.len())];
+        assert_eq!(n, want.len(), "length at {offset}");
+        assert!(buf[..n] == *want, "bytes at {offset}..+{size}");
+    }
+    // A buffer too small for what the file has there is refused, not filled short.
+    assert!(e.fs.read_to(ino, 0, MIB as u32, &mut buf[..4096]).is_err());
+    e.p.close(f).expect("close");
+}
