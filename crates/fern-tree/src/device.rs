@@ -87,24 +87,120 @@ use parking_lot::Mutex;
 /// (BENCHMARKS.md, "The engines inside a memory cap equal to their budget"). It also spreads
 /// the device's work out, so a checkpoint's `sync` has less left to wait for.
 ///
-/// [`read_direct`](BlockDevice::read_direct) reads with `O_DIRECT` through a second descriptor
-/// of the same file, opened at the first such read, when the buffer, offset and length are
-/// aligned to [`DIRECT_ALIGN`] and none of the range is in the page cache (`cachestat(2)`:
-/// bytes written recently, or read buffered, are copied from there instead; an `O_DIRECT` read
-/// of a range with dirty pages would first wait for their writeback). Otherwise, or where the
-/// host file system refuses `O_DIRECT`, it reads buffered.
+/// [`read_direct`](BlockDevice::read_direct) is [`DirectReads`].
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
     /// Bytes written since writeback was last started.
     unflushed: AtomicU64,
-    /// The `O_DIRECT` descriptor: unset until the first direct read, `None` if it cannot be had.
-    direct: std::sync::OnceLock<Option<File>>,
+    /// Its `O_DIRECT` reads.
+    direct: DirectReads,
 }
 
 /// The alignment of buffer address, offset and length that [`FileDevice`] needs to read with
 /// `O_DIRECT` (a page: enough for every logical block size a host uses).
 pub const DIRECT_ALIGN: usize = 4096;
+
+/// [`BlockDevice::read_direct`] for a device on a file or a disk: reads with `O_DIRECT`
+/// through a second descriptor of the same file, opened at the first such read, when the
+/// buffer, offset and length are aligned to [`DIRECT_ALIGN`] and none of the range is in the
+/// page cache (`cachestat(2)`: bytes written recently, or read buffered, are copied from there
+/// instead; an `O_DIRECT` read of a range with dirty pages would first wait for their
+/// writeback). Otherwise, or where the host refuses `O_DIRECT`, it reads buffered.
+#[derive(Debug, Default)]
+pub struct DirectReads {
+    /// The `O_DIRECT` descriptor: unset until the first direct read, `None` if it cannot be had.
+    file: std::sync::OnceLock<Option<File>>,
+}
+
+impl DirectReads {
+    /// Fills `buf` from `offset` of `file` (see the type's comment).
+    pub fn read(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let aligned = (buf.as_ptr() as usize | buf.len()).is_multiple_of(DIRECT_ALIGN)
+            && offset.is_multiple_of(DIRECT_ALIGN as u64)
+            && !buf.is_empty();
+        if !aligned || any_cached(file, offset, buf.len() as u64) {
+            return file.read_exact_at(buf, offset);
+        }
+        match self.direct_file(file) {
+            Some(f) => match f.read_exact_at(buf, offset) {
+                // A host that takes the open but not the read (alignment it wants larger).
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => file.read_exact_at(buf, offset),
+                r => r,
+            },
+            None => file.read_exact_at(buf, offset),
+        }
+    }
+
+    /// Whether an `O_DIRECT` descriptor was opened (a direct read was tried).
+    pub fn opened(&self) -> bool {
+        matches!(self.file.get(), Some(Some(_)))
+    }
+
+    /// The `O_DIRECT` descriptor, opened on first use by reopening `file` through
+    /// `/proc/self/fd` (no path needed; the same file even if renamed since).
+    fn direct_file(&self, file: &File) -> Option<&File> {
+        self.file
+            .get_or_init(|| {
+                use std::os::fd::AsRawFd;
+                use std::os::unix::fs::OpenOptionsExt;
+                let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+                // A host file system without O_DIRECT refuses the open: buffered reads then.
+                OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(path)
+                    .ok()
+            })
+            .as_ref()
+    }
+}
+
+/// Whether any page of `[offset, offset + len)` of `file` is in the page cache; `true` when
+/// the kernel cannot say (`cachestat(2)` is Linux 6.5+), so that reads stay buffered there.
+#[allow(unsafe_code)]
+fn any_cached(file: &File, offset: u64, len: u64) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Cachestat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        /// The system call's number, the same on every Linux architecture.
+        const SYS_CACHESTAT: libc::c_long = 451;
+        let range = Range { off: offset, len };
+        let mut cs = Cachestat::default();
+        // SAFETY: the kernel reads `range` and writes `cs`, both live, correctly laid out
+        // (`struct cachestat_range`, `struct cachestat`) for the call; the descriptor is
+        // open for the call (`file` is borrowed); flags are 0.
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                file.as_raw_fd(),
+                &range as *const Range,
+                &mut cs as *mut Cachestat,
+                0u32,
+            )
+        };
+        r != 0 || cs.nr_cache > 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, offset, len);
+        true
+    }
+}
 
 /// How many written bytes [`FileDevice`] lets pile up before it starts their writeback.
 pub const WRITEBACK_EVERY: u64 = 2 << 20;
@@ -128,7 +224,7 @@ impl FileDevice {
         FileDevice {
             file,
             unflushed: AtomicU64::new(0),
-            direct: std::sync::OnceLock::new(),
+            direct: DirectReads::default(),
         }
     }
 
@@ -146,70 +242,6 @@ impl FileDevice {
         // `self.file`, which stays open for the call. Offset 0 and length 0 mean the whole file.
         unsafe {
             libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
-        }
-    }
-
-    /// The `O_DIRECT` descriptor, opened on first use by reopening this one's file through
-    /// `/proc/self/fd` (no path needed; the same file even if renamed since).
-    fn direct_file(&self) -> Option<&File> {
-        self.direct
-            .get_or_init(|| {
-                use std::os::fd::AsRawFd;
-                use std::os::unix::fs::OpenOptionsExt;
-                let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
-                // A host file system without O_DIRECT refuses the open: buffered reads then.
-                OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(path)
-                    .ok()
-            })
-            .as_ref()
-    }
-
-    /// Whether any page of `[offset, offset + len)` is in the page cache; `true` when the
-    /// kernel cannot say (`cachestat(2)` is Linux 6.5+), so that reads stay buffered there.
-    #[allow(unsafe_code)]
-    fn any_cached(&self, offset: u64, len: u64) -> bool {
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            #[repr(C)]
-            struct Range {
-                off: u64,
-                len: u64,
-            }
-            #[repr(C)]
-            #[derive(Default)]
-            struct Cachestat {
-                nr_cache: u64,
-                nr_dirty: u64,
-                nr_writeback: u64,
-                nr_evicted: u64,
-                nr_recently_evicted: u64,
-            }
-            /// The system call's number, the same on every Linux architecture.
-            const SYS_CACHESTAT: libc::c_long = 451;
-            let range = Range { off: offset, len };
-            let mut cs = Cachestat::default();
-            // SAFETY: the kernel reads `range` and writes `cs`, both live, correctly laid out
-            // (`struct cachestat_range`, `struct cachestat`) for the call; the descriptor is
-            // owned by `self.file`; flags are 0.
-            let r = unsafe {
-                libc::syscall(
-                    SYS_CACHESTAT,
-                    self.file.as_raw_fd(),
-                    &range as *const Range,
-                    &mut cs as *mut Cachestat,
-                    0u32,
-                )
-            };
-            r != 0 || cs.nr_cache > 0
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (offset, len);
-            true
         }
     }
 
@@ -282,22 +314,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn read_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let aligned = (buf.as_ptr() as usize | buf.len()).is_multiple_of(DIRECT_ALIGN)
-            && offset.is_multiple_of(DIRECT_ALIGN as u64)
-            && !buf.is_empty();
-        if !aligned || self.any_cached(offset, buf.len() as u64) {
-            return self.file.read_exact_at(buf, offset);
-        }
-        match self.direct_file() {
-            Some(f) => match f.read_exact_at(buf, offset) {
-                // A host that takes the open but not the read (alignment it wants larger).
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.file.read_exact_at(buf, offset)
-                }
-                r => r,
-            },
-            None => self.file.read_exact_at(buf, offset),
-        }
+        self.direct.read(&self.file, buf, offset)
     }
 
     #[allow(unsafe_code)]
@@ -933,11 +950,11 @@ mod tests {
         // Synced and dropped from the cache: read past it.
         d.sync().expect("sync");
         drop_cached_pages(&d);
-        assert!(!d.any_cached(0, bytes.len() as u64), "pages dropped");
+        assert!(!any_cached(&d.file, 0, bytes.len() as u64), "pages dropped");
         d.read_direct(buf, 64 * 1024).expect("read direct");
         assert!(buf == &bytes[64 * 1024..192 * 1024]);
         assert!(
-            matches!(d.direct.get(), Some(Some(_))),
+            d.direct.opened(),
             "the O_DIRECT descriptor was opened and used"
         );
         // Unaligned buffer, offset or length: buffered, the same bytes.

@@ -16,7 +16,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fern_tree::device::BlockDevice;
+use fern_tree::device::{BlockDevice, DirectReads};
 
 use super::image::CmdError;
 
@@ -31,6 +31,8 @@ pub struct Partition {
     file: File,
     capacity: u64,
     len: AtomicU64,
+    /// Data extents are read past the device's page cache, as from an image file.
+    direct: DirectReads,
 }
 
 impl Partition {
@@ -54,12 +56,24 @@ impl Partition {
             file,
             capacity,
             len: AtomicU64::new(if fresh { 0 } else { capacity }),
+            direct: DirectReads::default(),
         })
     }
 
     /// Size of the device in bytes.
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// A read must lie below the logical length: past it the disk holds whatever was there.
+    fn within(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if offset.saturating_add(buf.len() as u64) > self.len.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past the end of the image",
+            ));
+        }
+        Ok(())
     }
 
     fn no_space(&self, end: u64) -> io::Error {
@@ -79,13 +93,13 @@ impl BlockDevice for Partition {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if offset.saturating_add(buf.len() as u64) > self.len.load(Ordering::SeqCst) {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "read past the end of the image",
-            ));
-        }
+        self.within(buf, offset)?;
         self.file.read_exact_at(buf, offset)
+    }
+
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.within(buf, offset)?;
+        self.direct.read(&self.file, buf, offset)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -208,4 +222,55 @@ pub fn probe_signature(path: &Path) -> Result<Option<String>, CmdError> {
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fern_testkit::{skipped, LoopDevice, Need};
+
+    /// A page-aligned slice of `len` bytes inside `mem`.
+    fn aligned(mem: &mut Vec<u8>, len: usize) -> &mut [u8] {
+        mem.resize(len + 4096, 0);
+        let start = mem.as_ptr().align_offset(4096);
+        &mut mem[start..start + len]
+    }
+
+    /// A data extent's read on a block device goes past its page cache, returns what was
+    /// written, and stays inside the logical length.
+    #[test]
+    fn a_partition_reads_past_its_page_cache_within_its_length() {
+        let usable = fern_testkit::fuse_as_root().and_then(|()| {
+            std::process::Command::new("losetup")
+                .arg("-V")
+                .output()
+                .map(drop)
+                .map_err(|e| format!("losetup: {e}"))
+        });
+        if skipped(Need::Fuse, usable) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dev = LoopDevice::new(&tmp.path().join("backing"), 16 << 20);
+        let p = Partition::open(dev.path(), true).unwrap();
+        let bytes: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 + i / 4096) as u8).collect();
+        p.write_at(&bytes, 4 << 20).unwrap();
+        p.sync().unwrap();
+        // The device's cached pages go; the next aligned read is direct.
+        let out = std::process::Command::new("blockdev")
+            .arg("--flushbufs")
+            .arg(dev.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut mem = Vec::new();
+        let buf = aligned(&mut mem, 1 << 20);
+        p.read_direct(buf, 4 << 20).unwrap();
+        assert!(*buf == *bytes);
+        assert!(p.direct.opened(), "read with O_DIRECT");
+        let err = p
+            .read_direct(buf, 5 << 20)
+            .expect_err("past the logical length");
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
 }
