@@ -314,7 +314,16 @@ impl Shared {
     /// the entry if the read failed (R1); wakes every waiter either way.
     fn fill(&self, store: &dyn KvStore, r: ExtentRef) {
         let mut buf = self.state.lock().buffer(r.len() as usize);
-        let read = store.read_extent(&r, &mut buf);
+        // A panic in the store (a bug) must not leave the entry reading and its waiters
+        // asleep for good: it counts as a failed read.
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.read_extent(&r, &mut buf)
+        }))
+        .unwrap_or_else(|_| {
+            Err(fern_kv::KvError::Backend(
+                "extent read-ahead panicked".into(),
+            ))
+        });
         let mut st = self.state.lock();
         let reading = st
             .position(&r)
