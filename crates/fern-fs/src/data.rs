@@ -6,6 +6,10 @@
 //! the same batch as their data; truncation trims and range-deletes in the same batch as the
 //! size change; so extending a file later never uncovers stale bytes.
 //!
+//! Invariant D3: a read writes every byte it returns — the extents' bytes and zeros between
+//! them, or zeros, then the block rows on top — so a reused buffer (the FUSE ring's payload)
+//! never shows an earlier read's bytes and is not cleared first.
+//!
 //! Writes are blind (a put per whole block, an upsert per partly written block, and an upsert
 //! of the stat) and must never read before they write, except O_APPEND, which must learn the
 //! size.
@@ -48,7 +52,7 @@ impl Fs {
     /// caller serving many reads reuses one allocation: a fresh 128 KiB-1 MiB buffer per
     /// request is a fresh mapping whose pages fault and are zeroed on first touch (a fifth of
     /// the daemon's CPU in a cold F7 read, fs-design.md §9). Every byte of `out` is written
-    /// (R4 below), so nothing of an earlier read shows through.
+    /// (D3), so nothing of an earlier read shows through.
     pub fn read_into(
         &self,
         ino: InodeId,
@@ -103,7 +107,7 @@ impl Fs {
         Ok(ReadLen { stat, bytes })
     }
 
-    /// Fills `out` (exactly `len.bytes` long) with the bytes of `ino` from `offset`. R4: every
+    /// Fills `out` (exactly `len.bytes` long) with the bytes of `ino` from `offset`. D3: every
     /// byte is written — the extents' bytes and zeros around them (extent.rs), or zeros, then
     /// the block rows on top — so a reused buffer needs no clearing first.
     fn read_fill(&self, ino: InodeId, offset: u64, len: &ReadLen, out: &mut [u8]) -> FsResult<()> {

@@ -169,7 +169,7 @@ impl Fs {
         hi: u64,
         out: &mut [u8],
     ) -> FsResult<()> {
-        // How far `out` is written: the gaps between extents get zeros (data.rs R4).
+        // How far `out` is written: the gaps between extents get zeros (data.rs D3).
         let mut written = 0;
         for (slot, r) in self.extents_in(ino, lo, hi)? {
             let start = slot * SLOT_BYTES;

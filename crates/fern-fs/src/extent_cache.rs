@@ -33,16 +33,18 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::ids::InodeId;
 
-/// Entries kept (R2): the read-ahead window and the extents behind it that a request may still
-/// want a piece of (FUSE's own read-ahead sends a few requests at once).
-const CACHED_EXTENTS: usize = 8;
+/// Entries kept (R2): the read-ahead window, the extent being read and one behind it that a
+/// request may still want a piece of. With [`SPARE_BUFFERS`] at most 8 MiB of 1 MiB extents,
+/// outside the budgets the engine and fern-fs count (inside the mount's memory set aside for
+/// what they do not: fern-kv-tree `FsMemory::within`).
+const CACHED_EXTENTS: usize = AHEAD as usize + 2;
 
 /// Extents read ahead of a sequential reader (4 MiB with 1 MiB slots): enough to keep the
 /// device busy while one is copied out, few enough to leave room behind in the cache.
 pub(crate) const AHEAD: u64 = 4;
 
 /// Buffers of dropped entries kept for the next reads.
-const SPARE_BUFFERS: usize = 4;
+const SPARE_BUFFERS: usize = 2;
 
 /// Threads reading ahead: two reads in flight keep the device busier than one (a direct read
 /// is one request at a time).

@@ -369,7 +369,7 @@ fn an_extent_rewritten_after_its_read_ahead_reads_as_rewritten() {
     assert!(fern_fs::check::check(&*e.store).expect("fsck").is_clean());
 }
 
-/// `read_to` writes every byte it returns, whatever the buffer held (data.rs R4): extents,
+/// `read_to` writes every byte it returns, whatever the buffer held (data.rs D3): extents,
 /// zeros between them (a hole slot, a punched block) and block rows on top.
 #[test]
 fn read_to_writes_every_byte_of_a_dirty_buffer() {
