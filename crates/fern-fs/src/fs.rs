@@ -235,7 +235,16 @@ impl Fs {
             b.put(fs.t.meta, schema::SUPER_KEY.to_vec(), fs.sb.encode());
             fs.kv.write(b, WriteOptions::NO_SYNC)?;
         }
-        fs.clean_orphans()?;
+        // Best effort (an orphan left here is freed by its holders' last close or a later
+        // mount): a conflict that outlasts the retries — another mount's registrations
+        // churning on a shared store, or a read invalidated under a leader change — must not
+        // fail the mount itself.
+        match fs.clean_orphans() {
+            Err(FsError::Kv(e)) if e.is_conflict() => {
+                log::warn!("orphans not freed at mount (a later mount frees them): {e}");
+            }
+            r => r?,
+        }
         Ok(fs)
     }
 
