@@ -258,11 +258,7 @@ fn read_into_a_reused_buffer_shows_no_stale_bytes() {
     let ino = f.ino();
     let mut buf = vec![0xAB; 2 * MIB];
     // Requests of 128 KiB across every slot (each extent read once, then from the cache).
-    for off in (0..10 * MIB).step_by(128 << 10) {
-        e.fs.read_into(ino, off as u64, 128 << 10, &mut buf)
-            .expect("read");
-        assert!(buf == data[off..off + (128 << 10)], "extent bytes at {off}");
-    }
+    read_pieces(&e, ino, 0, 10 * MIB, &data, &mut buf);
     // The hole, then past the end: zeros and a short read, whatever the buffer held.
     buf.iter_mut().for_each(|b| *b = 0xCD);
     e.fs.read_into(ino, 10 * MIB as u64, MIB as u32, &mut buf)
@@ -297,14 +293,20 @@ fn extents_written_one_after_another_read_back() {
     assert!(fern_fs::check::check(&*e.store).expect("fsck").is_clean());
 }
 
-/// Reads `ino`'s bytes `[from, to)` in 128 KiB requests, as FUSE sends them, into `model`'s
-/// check: every piece must equal `model` there.
-fn read_pieces(e: &common::Env, ino: fern_fs::InodeId, from: usize, to: usize, model: &[u8]) {
-    let mut buf = Vec::new();
+/// Reads `ino`'s bytes `[from, to)` in 128 KiB requests, as FUSE sends them, into `buf`
+/// (reused, as the FUSE adapter reuses its own): every piece must equal `model` there.
+fn read_pieces(
+    e: &common::Env,
+    ino: fern_fs::InodeId,
+    from: usize,
+    to: usize,
+    model: &[u8],
+    buf: &mut Vec<u8>,
+) {
     for off in (from..to).step_by(128 << 10) {
-        e.fs.read_into(ino, off as u64, 128 << 10, &mut buf)
+        e.fs.read_into(ino, off as u64, 128 << 10, buf)
             .expect("read");
-        assert!(buf == model[off..off + (128 << 10)], "bytes at {off}");
+        assert!(*buf == model[off..off + (128 << 10)], "bytes at {off}");
     }
 }
 
@@ -321,7 +323,7 @@ fn a_sequential_reader_has_each_next_extent_read_ahead_once() {
     let e = e.remount();
     let f = e.p.open(b"/big", rw(false)).expect("open");
     let (reads, ahead) = (e.store.extent_reads(), e.store.extent_reads_ahead());
-    read_pieces(&e, f.ino(), 0, 8 * MIB, &data);
+    read_pieces(&e, f.ino(), 0, 8 * MIB, &data, &mut Vec::new());
     assert_eq!(
         e.store.extent_reads() - reads,
         8,
@@ -339,7 +341,14 @@ fn a_sequential_reader_has_each_next_extent_read_ahead_once() {
     let f = e.p.open(b"/big", rw(false)).expect("open");
     let (reads, ahead) = (e.store.extent_reads(), e.store.extent_reads_ahead());
     for slot in [5, 2, 7, 0, 3] {
-        read_pieces(&e, f.ino(), slot * MIB, slot * MIB + (256 << 10), &data);
+        read_pieces(
+            &e,
+            f.ino(),
+            slot * MIB,
+            slot * MIB + (256 << 10),
+            &data,
+            &mut Vec::new(),
+        );
     }
     assert_eq!(e.store.extent_reads() - reads, 5);
     assert_eq!(e.store.extent_reads_ahead(), ahead, "no read ahead");
@@ -356,7 +365,7 @@ fn an_extent_rewritten_after_its_read_ahead_reads_as_rewritten() {
     e.p.write_at(&f, 0, &model).expect("write");
     let ino = f.ino();
     // Into slot 1: read-ahead of slots 2-5 asked.
-    read_pieces(&e, ino, 0, MIB + (256 << 10), &model);
+    read_pieces(&e, ino, 0, MIB + (256 << 10), &model, &mut Vec::new());
     // Slot 3 written anew (a new extent; the old one freed), slot 4 in part (an overlay).
     let new = pattern(MIB, 77);
     e.p.write_at(&f, 3 * MIB as u64, &new).expect("rewrite");
@@ -364,7 +373,7 @@ fn an_extent_rewritten_after_its_read_ahead_reads_as_rewritten() {
     e.p.write_at(&f, 4 * MIB as u64 + 100, b"on top")
         .expect("small write");
     model[4 * MIB + 100..4 * MIB + 106].copy_from_slice(b"on top");
-    read_pieces(&e, ino, MIB + (256 << 10), 8 * MIB, &model);
+    read_pieces(&e, ino, MIB + (256 << 10), 8 * MIB, &model, &mut Vec::new());
     e.p.close(f).expect("close");
     assert!(fern_fs::check::check(&*e.store).expect("fsck").is_clean());
 }
